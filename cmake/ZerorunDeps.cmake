@@ -1,0 +1,61 @@
+# Finds zerorun's dependencies from the system (Debian packages); never vendored. A missing dependency
+# stops configuration with the name of the Debian package that provides it.
+find_package(PkgConfig)
+if(NOT PKG_CONFIG_FOUND)
+  message(FATAL_ERROR "pkg-config not found: install the Debian package 'pkg-config' (scripts/install-deps.sh does)")
+endif()
+find_package(Threads REQUIRED)
+
+macro(zerorun_require_pkg var module debpkg)
+  pkg_check_modules(${var} QUIET IMPORTED_TARGET ${module})
+  if(NOT ${var}_FOUND)
+    message(FATAL_ERROR "zerorun needs ${module} (pkg-config module '${module}' not found): "
+                        "install the Debian package '${debpkg}' (scripts/install-deps.sh does)")
+  endif()
+  message(STATUS "zerorun: ${module} ${${var}_VERSION}")
+endmacro()
+
+zerorun_require_pkg(ZR_UCX ucx libucx-dev)
+zerorun_require_pkg(ZR_URING liburing liburing-dev)
+zerorun_require_pkg(ZR_HWLOC hwloc libhwloc-dev)
+zerorun_require_pkg(ZR_OPENBLAS openblas libopenblas-dev)
+
+find_package(RapidJSON CONFIG QUIET)
+find_path(ZR_RAPIDJSON_INCLUDE rapidjson/document.h HINTS ${RapidJSON_INCLUDE_DIRS})
+if(NOT ZR_RAPIDJSON_INCLUDE)
+  message(FATAL_ERROR "zerorun needs RapidJSON (rapidjson/document.h not found): install the Debian package 'rapidjson-dev'")
+endif()
+
+if(ZERORUN_TESTS)
+  find_package(doctest CONFIG QUIET)
+  if(NOT doctest_FOUND)
+    message(FATAL_ERROR "zerorun's tests need doctest: install the Debian package 'doctest-dev' "
+                        "(or configure with -DZERORUN_TESTS=OFF)")
+  endif()
+endif()
+
+if(ZERORUN_HAVE_CUDA)
+  find_path(ZR_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+  find_library(ZR_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
+                                      ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+  if(NOT ZR_NCCL_INCLUDE OR NOT ZR_NCCL_LIB)
+    message(FATAL_ERROR "CUDA is on but NCCL (nccl.h / libnccl) was not found: install NCCL "
+                        "(Debian/NVIDIA package 'libnccl-dev') or configure with -DZERORUN_CUDA=OFF")
+  endif()
+  add_library(zerorun_nccl INTERFACE IMPORTED)
+  target_include_directories(zerorun_nccl INTERFACE ${ZR_NCCL_INCLUDE})
+  target_link_libraries(zerorun_nccl INTERFACE ${ZR_NCCL_LIB})
+endif()
+
+# Everything is linked PRIVATE: public headers include only the standard library and zerorun headers,
+# so a consumer of the shared library needs none of these at compile time.
+function(zerorun_link_dependencies target)
+  target_link_libraries(${target} PRIVATE PkgConfig::ZR_UCX PkgConfig::ZR_URING PkgConfig::ZR_HWLOC
+                                          PkgConfig::ZR_OPENBLAS ${CMAKE_DL_LIBS})
+  target_link_libraries(${target} PUBLIC Threads::Threads)
+  target_include_directories(${target} SYSTEM PRIVATE ${ZR_RAPIDJSON_INCLUDE})
+  if(ZERORUN_HAVE_CUDA)
+    target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas zerorun_nccl)
+    target_compile_definitions(${target} PUBLIC ZERORUN_HAVE_CUDA=1)
+  endif()
+endfunction()

@@ -1,0 +1,173 @@
+// The backend registry and the CPU backend (caching, huge-page-advised host allocator).
+#include "zerorun/core/device.h"
+
+#include <sys/mman.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "zerorun/core/error.h"
+#include "zerorun/core/format.h"
+
+namespace zerorun {
+
+std::string Device::ToString() const {
+  return is_cpu() ? std::string("cpu") : Format("cuda:{}", index);
+}
+
+namespace {
+
+constexpr size_t kSmallAlign = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
+// Blocks at least this large are rounded to whole huge pages, advised MADV_HUGEPAGE and cached.
+constexpr size_t kLargeBlock = size_t{4} << 20;
+
+// Host allocator. Small blocks come from aligned_alloc. Large blocks are rounded up to 2 MiB, kept
+// on free in a per-size cache, and handed out again for the same rounded size, so buffers that are
+// re-created every step (activations, scratch) stay faulted-in. The cache is bounded; beyond the
+// bound blocks go back to the system.
+class CpuAllocator final : public Allocator {
+ public:
+  CpuAllocator() {
+    const char* env = std::getenv("ZERORUN_HOST_CACHE_BYTES");
+    if (env != nullptr) cache_limit_ = std::strtoull(env, nullptr, 10);
+  }
+
+  void* Allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    if (bytes < kLargeBlock) {
+      size_t rounded = (bytes + kSmallAlign - 1) / kSmallAlign * kSmallAlign;
+      void* p = std::aligned_alloc(kSmallAlign, rounded);
+      if (p == nullptr) ZR_THROW(OutOfMemoryError, "host allocation of {} failed", FormatBytes(bytes));
+      return p;
+    }
+    size_t rounded = RoundLarge(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find(rounded);
+      if (it != cache_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= rounded;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kHugePage, rounded);
+    if (p == nullptr) {
+      EmptyCache();
+      p = std::aligned_alloc(kHugePage, rounded);
+    }
+    if (p == nullptr) ZR_THROW(OutOfMemoryError, "host allocation of {} failed", FormatBytes(bytes));
+    madvise(p, rounded, MADV_HUGEPAGE);  // advisory: failure is harmless
+    return p;
+  }
+
+  void Deallocate(void* p, size_t bytes) override {
+    if (p == nullptr) return;
+    if (bytes < kLargeBlock) {
+      std::free(p);
+      return;
+    }
+    size_t rounded = RoundLarge(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_bytes_ + rounded <= cache_limit_) {
+        cache_[rounded].push_back(p);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+  void EmptyCache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, blocks] : cache_) {
+      for (void* p : blocks) std::free(p);
+    }
+    cache_.clear();
+    cached_bytes_ = 0;
+  }
+
+  size_t CachedBytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_bytes_;
+  }
+
+ private:
+  static size_t RoundLarge(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+
+  mutable std::mutex mu_;
+  std::map<size_t, std::vector<void*>> cache_;
+  size_t cached_bytes_ = 0;
+  size_t cache_limit_ = size_t{4} << 30;
+};
+
+class CpuStream final : public Stream {
+ public:
+  Device device() const override { return Device::CPU(); }
+  void Synchronize() override {}
+};
+
+class CpuEvent final : public Event {
+ public:
+  void Record(Stream&) override {}
+  void Block(Stream&) override {}
+  bool Query() override { return true; }
+  void Synchronize() override {}
+};
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  int DeviceCount() const override { return 1; }
+  Allocator& GetAllocator(int) override { return allocator_; }
+  Allocator& GetPinnedHostAllocator() override { return allocator_; }
+  std::unique_ptr<Stream> CreateStream(int) override { return std::make_unique<CpuStream>(); }
+  Stream& DefaultStream(int) override { return stream_; }
+  std::unique_ptr<Event> CreateEvent(int) override { return std::make_unique<CpuEvent>(); }
+  void Copy(void* dst, Device, const void* src, Device, size_t bytes, Stream*) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+
+ private:
+  CpuAllocator allocator_;
+  CpuStream stream_;
+};
+
+std::array<DeviceBackend*, 2>& Registry() {
+  static std::array<DeviceBackend*, 2> registry = {new CpuBackend(), nullptr};  // live until exit
+  return registry;
+}
+
+}  // namespace
+
+void RegisterDeviceBackend(DeviceType type, DeviceBackend* backend) {
+  Registry()[static_cast<size_t>(type)] = backend;
+}
+
+bool HasDeviceBackend(DeviceType type) { return Registry()[static_cast<size_t>(type)] != nullptr; }
+
+DeviceBackend& GetDeviceBackend(DeviceType type) {
+  DeviceBackend* b = Registry()[static_cast<size_t>(type)];
+  if (b == nullptr) {
+    ZR_THROW(InvalidArgument, "no backend for device type {}: zerorun was built without CUDA "
+             "(reconfigure with -DZERORUN_CUDA=ON on a machine with the CUDA toolkit)", static_cast<int>(type));
+  }
+  return *b;
+}
+
+Allocator& GetAllocator(Device d) { return GetDeviceBackend(d.type).GetAllocator(d.index); }
+std::unique_ptr<Stream> CreateStream(Device d) { return GetDeviceBackend(d.type).CreateStream(d.index); }
+Stream& DefaultStream(Device d) { return GetDeviceBackend(d.type).DefaultStream(d.index); }
+std::unique_ptr<Event> CreateEvent(Device d) { return GetDeviceBackend(d.type).CreateEvent(d.index); }
+
+void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, Stream* stream) {
+  DeviceType t = dst_device.is_cpu() ? src_device.type : dst_device.type;
+  GetDeviceBackend(t).Copy(dst, dst_device, src, src_device, bytes, stream);
+}
+
+}  // namespace zerorun
