@@ -1,0 +1,41 @@
+# Driven by the install.consumer test; see tests/install/CMakeLists.txt.
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(LAST_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+
+set(prefix "${WORK_DIR}/prefix")
+file(REMOVE_RECURSE "${WORK_DIR}")
+run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+foreach(f include/zerorun/core/tensor.h include/zerorun/core/dtype.h)
+  if(NOT EXISTS "${prefix}/${f}")
+    message(FATAL_ERROR "install is missing ${f}")
+  endif()
+endforeach()
+
+# 1. CMake package.
+run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/cmake-build" -G "${GENERATOR}"
+    "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_CXX_COMPILER=${CXX}")
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/cmake-build")
+run("${WORK_DIR}/cmake-build/consumer")
+if(NOT LAST_OUTPUT MATCHES "consumer ok")
+  message(FATAL_ERROR "consumer (CMake package) printed: ${LAST_OUTPUT}")
+endif()
+
+# 2. pkg-config.
+file(GLOB_RECURSE pcs "${prefix}/*/zerorun.pc")
+list(GET pcs 0 pc)
+get_filename_component(pcdir "${pc}" DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} "${pcdir}")
+run(pkg-config --cflags --libs zerorun)
+string(STRIP "${LAST_OUTPUT}" flags)
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run(${CXX} "${SOURCE_DIR}/main.cc" -o "${WORK_DIR}/consumer-pc" ${flags})
+run("${WORK_DIR}/consumer-pc")
+if(NOT LAST_OUTPUT MATCHES "consumer ok")
+  message(FATAL_ERROR "consumer (pkg-config) printed: ${LAST_OUTPUT}")
+endif()
+message(STATUS "install consumer ok")
