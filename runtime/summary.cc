@@ -1,0 +1,101 @@
+// TrainSummary → JSON with RapidJSON's writer; atomic file write.
+#include "zerorun/runtime/summary.h"
+
+#include <rapidjson/prettywriter.h>
+#include <rapidjson/stringbuffer.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+
+#include "zerorun/core/error.h"
+
+namespace zerorun::runtime {
+
+std::string SummaryToJson(const TrainSummary& s) {
+  rapidjson::StringBuffer buf;
+  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buf);
+  auto num = [&](double v) {
+    if (std::isfinite(v)) {
+      w.Double(v);
+    } else {
+      w.Null();  // JSON has no NaN/Inf
+    }
+  };
+  w.StartObject();
+  w.Key("rank"); w.Int(s.rank);
+  w.Key("world_size"); w.Int(s.world_size);
+  w.Key("zero_stage"); w.Int(s.zero_stage);
+  w.Key("dtype"); w.String(s.dtype.c_str());
+  w.Key("backend"); w.String(s.backend.c_str());
+  w.Key("steps"); w.Int64(s.steps);
+  w.Key("skipped_steps"); w.Int64(s.skipped_steps);
+  w.Key("global_samples"); w.Int64(s.global_samples);
+  w.Key("micro_batch"); w.Int64(s.micro_batch);
+  w.Key("gradient_accumulation_steps"); w.Int64(s.gradient_accumulation_steps);
+  w.Key("seq_len"); w.Int64(s.seq_len);
+  w.Key("losses");
+  w.StartArray();
+  for (double l : s.losses) num(l);
+  w.EndArray();
+  w.Key("final_loss"); num(s.final_loss);
+  w.Key("entropy_floor"); num(s.entropy_floor);
+  w.Key("loss_scale"); num(s.loss_scale);
+  w.Key("lr"); num(s.lr);
+  w.Key("grad_norm"); num(s.grad_norm);
+  w.Key("tokens_per_second"); num(s.tokens_per_second);
+  w.Key("wall_seconds"); num(s.wall_seconds);
+  w.Key("parameters"); w.Int64(s.parameters);
+  w.Key("memory_bytes");
+  w.StartObject();
+  for (int i = 0; i < kNumMemCategories; ++i) {
+    w.Key(MemCategoryName(static_cast<MemCategory>(i)));
+    w.StartObject();
+    w.Key("current"); w.Int64(s.memory.current[static_cast<size_t>(i)]);
+    w.Key("peak"); w.Int64(s.memory.peak[static_cast<size_t>(i)]);
+    w.EndObject();
+  }
+  w.Key("current_total"); w.Int64(s.memory.current_total);
+  w.Key("peak_total"); w.Int64(s.memory.peak_total);
+  w.EndObject();
+  w.Key("comm_bytes");
+  w.StartObject();
+  for (const auto& [name, b] : s.comm_bytes) {
+    w.Key(name.c_str());
+    w.StartObject();
+    w.Key("calls"); w.Int64(b.calls);
+    w.Key("bytes_sent"); w.Int64(b.bytes_sent);
+    w.Key("bytes_received"); w.Int64(b.bytes_received);
+    w.EndObject();
+  }
+  w.EndObject();
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize()) + "\n";
+}
+
+void WriteSummaryJson(const TrainSummary& s, const std::string& path) {
+  std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) throw IoError(ErrnoMessage("cannot write summary " + tmp, errno));
+  std::string json = SummaryToJson(s);
+  bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw IoError(ErrnoMessage("cannot write summary " + tmp, errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw IoError(ErrnoMessage("cannot rename summary to " + path, errno));
+  }
+}
+
+std::string ExpandRankPattern(const std::string& pattern, int rank) {
+  std::string out = pattern;
+  const std::string key = "{rank}";
+  for (size_t pos = out.find(key); pos != std::string::npos; pos = out.find(key, pos)) {
+    out.replace(pos, key.size(), std::to_string(rank));
+  }
+  return out;
+}
+
+}  // namespace zerorun::runtime

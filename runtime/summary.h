@@ -1,0 +1,54 @@
+// The machine-readable summary of a training run: one JSON file per rank, written by zerorun-train
+// (`--summary PATH`, `{rank}` in PATH replaced by the rank). Keys are part of the contract tests and
+// scripts rely on; docs/train.md lists them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "zerorun/core/memory.h"
+
+namespace zerorun::runtime {
+
+struct CollectiveBytes {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+};
+
+struct TrainSummary {
+  int rank = 0;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string dtype = "fp32";           // fp32 | bf16 | fp16
+  std::string backend = "local";        // communicator backend
+  int64_t steps = 0;                    // global steps (including skipped)
+  int64_t skipped_steps = 0;
+  int64_t global_samples = 0;
+  int64_t micro_batch = 0;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t seq_len = 0;
+  std::vector<double> losses;           // mean loss of each global step (over its micro-batches)
+  double final_loss = 0;
+  double entropy_floor = -1;            // best achievable loss of the data (synthetic corpus), -1: unknown
+  double loss_scale = 1;
+  double lr = 0;
+  double grad_norm = -1;                // last applied step's global norm (-1: never computed)
+  double tokens_per_second = 0;         // this rank's tokens / wall time of the training loop
+  double wall_seconds = 0;
+  int64_t parameters = 0;               // model parameters (unique; tied counted once)
+  MemoryAccount::Snapshot memory;       // by category; peak_total
+  std::map<std::string, CollectiveBytes> comm_bytes;  // by collective name (all_reduce, ...)
+};
+
+// Serialises the summary (pretty JSON). Memory is written as
+// "memory_bytes": {"params": {"current": .., "peak": ..}, ..., "peak_total": .., "current_total": ..}.
+std::string SummaryToJson(const TrainSummary& s);
+// Writes it to `path` atomically (temp file + rename). Throws IoError naming the path.
+void WriteSummaryJson(const TrainSummary& s, const std::string& path);
+// `{rank}` in `pattern` replaced by `rank`.
+std::string ExpandRankPattern(const std::string& pattern, int rank);
+
+}  // namespace zerorun::runtime

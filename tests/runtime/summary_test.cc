@@ -1,0 +1,73 @@
+// The per-rank summary JSON: every contract key present with the right values, NaN as null,
+// written atomically, {rank} expanded.
+#include <doctest/doctest.h>
+
+#include <rapidjson/document.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "zerorun/core/error.h"
+#include "zerorun/runtime/summary.h"
+
+using namespace zerorun::runtime;
+
+TEST_SUITE("unit") {
+
+TEST_CASE("summary JSON carries every contract key") {
+  TrainSummary s;
+  s.rank = 1;
+  s.world_size = 2;
+  s.zero_stage = 2;
+  s.dtype = "bf16";
+  s.steps = 3;
+  s.skipped_steps = 1;
+  s.global_samples = 48;
+  s.losses = {5.5, 4.25, NAN};
+  s.final_loss = 4.25;
+  s.loss_scale = 1;
+  s.lr = 3e-4;
+  s.tokens_per_second = 1234.5;
+  s.parameters = 1000;
+  s.memory.current[static_cast<size_t>(zerorun::MemCategory::kParams)] = 2000;
+  s.memory.peak_total = 9000;
+  s.comm_bytes["all_reduce"] = {3, 6000, 6000};
+  rapidjson::Document d;
+  std::string json = SummaryToJson(s);
+  REQUIRE_FALSE(d.Parse(json.c_str()).HasParseError());
+  for (const char* key : {"rank", "world_size", "zero_stage", "dtype", "steps", "skipped_steps", "global_samples",
+                          "losses", "final_loss", "loss_scale", "lr", "tokens_per_second", "parameters",
+                          "memory_bytes", "comm_bytes"}) {
+    CHECK_MESSAGE(d.HasMember(key), key);
+  }
+  CHECK(d["rank"].GetInt() == 1);
+  CHECK(std::string(d["dtype"].GetString()) == "bf16");
+  CHECK(d["losses"].Size() == 3);
+  CHECK(d["losses"][1].GetDouble() == 4.25);
+  CHECK(d["losses"][2].IsNull());
+  CHECK(d["memory_bytes"]["params"]["current"].GetInt64() == 2000);
+  CHECK(d["memory_bytes"]["peak_total"].GetInt64() == 9000);
+  CHECK(d["memory_bytes"].HasMember("nvme"));
+  CHECK(d["comm_bytes"]["all_reduce"]["bytes_sent"].GetInt64() == 6000);
+}
+
+TEST_CASE("summary file is written whole and {rank} expands") {
+  CHECK(ExpandRankPattern("/tmp/s_{rank}_of_{rank}.json", 3) == "/tmp/s_3_of_3.json");
+  std::string path = "/tmp/zr_summary_test_" + std::to_string(::getpid()) + ".json";
+  TrainSummary s;
+  s.final_loss = 1.5;
+  WriteSummaryJson(s, path);
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  rapidjson::Document d;
+  REQUIRE_FALSE(d.Parse(ss.str().c_str()).HasParseError());
+  CHECK(d["final_loss"].GetDouble() == 1.5);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(WriteSummaryJson(s, "/proc/no/such/summary.json"), zerorun::IoError);
+}
+
+}  // TEST_SUITE
