@@ -1,0 +1,12 @@
+// The CPU backend: SIMD kernels picked at run time (core/cpu_features.h) and multithreaded through
+// ThreadPool::Default(). Families not yet specialised keep the reference entries. Every entry is
+// safe to call from several threads at once; scratch lives in thread_local buffers.
+#pragma once
+
+#include "zerorun/kernels/kernel_table.h"
+
+namespace zerorun::kernels::cpu {
+
+void FillGemm(KernelTable& t);  // gemm (OpenBLAS sgemm), bias_add, bias_backward
+
+}  // namespace zerorun::kernels::cpu

@@ -1,0 +1,191 @@
+// CPU GEMM on OpenBLAS sgemm, threaded by the core pool.
+//
+// Threading: OpenBLAS is set to one thread (once, at first use) and the core pool splits C into row
+// blocks (or column blocks when C is short and wide), one sgemm per block. That keeps a single pool
+// of threads in the process (OpenBLAS's own threads would oversubscribe the cores the pool already
+// uses), and lets several ranks-as-threads call GEMM concurrently.
+// 16-bit operands: B is converted to an fp32 copy once per call; each A row panel is converted by
+// the thread that owns it; a 16-bit C is computed into an fp32 panel (loaded first when beta != 0),
+// the bias added, and rounded once on the way out.
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "zerorun/core/thread_pool.h"
+#include "zerorun/kernels/access.h"
+#include "zerorun/kernels/cpu/cpu.h"
+#include "zerorun/kernels/cpu/scratch.h"
+
+namespace zerorun::kernels::cpu {
+namespace {
+
+constexpr int64_t kPanelRows = 128;           // rows of A / C converted at a time (16-bit paths)
+constexpr double kMinFlopsPerChunk = 2.0e6;   // below this a chunk is not worth a thread
+
+void InitBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+CBLAS_TRANSPOSE ToCblas(Trans t) { return t == Trans::kN ? CblasNoTrans : CblasTrans; }
+
+// fp32 copy of a (rows, cols) matrix with leading dim ld into `dst` (leading dim cols), threaded.
+void ConvertMatrix(const void* src, DType t, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  ParallelFor(0, rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, cols)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) LoadRow(src, t, r * ld, dst + r * cols, cols);
+  });
+}
+
+// One sgemm over rows [i0, i1) x columns [j0, j1) of C; `a`/`b` are fp32 (already converted if needed).
+void GemmBlock(const GemmParams& p, const float* a, int64_t lda, const float* b, int64_t ldb, void* c,
+               const float* bias, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  int64_t rows = i1 - i0, cols = j1 - j0;
+  const float* b_blk = p.trans_b == Trans::kN ? b + j0 : b + j0 * ldb;
+  for (int64_t r0 = i0; r0 < i1; r0 += (p.c_type == DType::kF32 && p.a_type == DType::kF32) ? rows : kPanelRows) {
+    int64_t r1 = (p.c_type == DType::kF32 && p.a_type == DType::kF32) ? i1 : std::min(i1, r0 + kPanelRows);
+    int64_t pr = r1 - r0;
+    // A panel: rows [r0, r1) of op(A).
+    const float* a_blk;
+    int64_t a_ld;
+    if (p.a_type == DType::kF32) {
+      a_blk = p.trans_a == Trans::kN ? a + r0 * lda : a + r0;
+      a_ld = lda;
+    } else if (p.trans_a == Trans::kN) {
+      float* s = Scratch(kScratchA, static_cast<size_t>(pr * p.k));
+      for (int64_t r = 0; r < pr; ++r) LoadRow(p.a, p.a_type, (r0 + r) * p.lda, s + r * p.k, p.k);
+      a_blk = s;
+      a_ld = p.k;
+    } else {  // A is (k, m): columns [r0, r1) of each of its k rows
+      float* s = Scratch(kScratchA, static_cast<size_t>(pr * p.k));
+      for (int64_t l = 0; l < p.k; ++l) LoadRow(p.a, p.a_type, l * p.lda + r0, s + l * pr, pr);
+      a_blk = s;
+      a_ld = pr;
+    }
+    // C panel.
+    float* c_blk;
+    int64_t c_ld;
+    float beta = p.beta;
+    if (p.c_type == DType::kF32) {
+      c_blk = static_cast<float*>(c) + r0 * p.ldc + j0;
+      c_ld = p.ldc;
+    } else {
+      c_blk = Scratch(kScratchC, static_cast<size_t>(pr * cols));
+      c_ld = cols;
+      if (beta != 0.0f) {
+        for (int64_t r = 0; r < pr; ++r) LoadRow(c, p.c_type, (r0 + r) * p.ldc + j0, c_blk + r * cols, cols);
+      }
+    }
+    if (p.k == 0) {  // sgemm with k == 0 scales C by beta; make beta == 0 ignore C's contents
+      for (int64_t r = 0; r < pr; ++r) {
+        float* row = c_blk + r * c_ld;
+        for (int64_t j = 0; j < cols; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+      }
+    } else {
+      cblas_sgemm(CblasRowMajor, ToCblas(p.trans_a), ToCblas(p.trans_b), static_cast<int>(pr), static_cast<int>(cols),
+                  static_cast<int>(p.k), p.alpha, a_blk, static_cast<int>(a_ld), b_blk, static_cast<int>(ldb), beta,
+                  c_blk, static_cast<int>(c_ld));
+    }
+    if (bias != nullptr) {
+      for (int64_t r = 0; r < pr; ++r) {
+        float* row = c_blk + r * c_ld;
+        for (int64_t j = 0; j < cols; ++j) row[j] += bias[j0 + j];
+      }
+    }
+    if (p.c_type != DType::kF32) {
+      for (int64_t r = 0; r < pr; ++r) StoreRow(c_blk + r * cols, c, p.c_type, (r0 + r) * p.ldc + j0, cols);
+    }
+  }
+}
+
+void Gemm(const GemmParams& p) {
+  InitBlas();
+  // Shared fp32 copies (caller's thread_local scratch, read by every chunk).
+  int64_t b_rows = p.trans_b == Trans::kN ? p.k : p.n;
+  int64_t b_cols = p.trans_b == Trans::kN ? p.n : p.k;
+  float* bias32 = nullptr;
+  if (p.bias != nullptr) {
+    bias32 = Scratch(kScratchD, static_cast<size_t>(p.n));
+    LoadRow(p.bias, p.bias_type, 0, bias32, p.n);
+  }
+  int threads = ThreadPool::Default().num_threads();
+  double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<int64_t>(1, p.k));
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    const void* a_raw = At(p.a, p.a_type, bi * p.stride_a);
+    const void* b_raw = At(p.b, p.b_type, bi * p.stride_b);
+    void* c = At(p.c, p.c_type, bi * p.stride_c);
+    const float* b32 = static_cast<const float*>(b_raw);
+    int64_t ldb = p.ldb;
+    if (p.b_type != DType::kF32) {
+      float* s = Scratch(kScratchB, static_cast<size_t>(b_rows * b_cols));
+      ConvertMatrix(b_raw, p.b_type, b_rows, b_cols, p.ldb, s);
+      b32 = s;
+      ldb = b_cols;
+    }
+    const float* a32 = static_cast<const float*>(a_raw);  // only used when a_type is fp32
+    GemmParams q = p;
+    q.a = a_raw;
+    // Split rows when there are enough of them, else columns.
+    bool split_rows = p.m >= 32 * threads || p.m >= p.n;
+    int64_t extent = split_rows ? p.m : p.n;
+    int64_t grain = std::max<int64_t>(split_rows ? 8 : 64,
+                                      static_cast<int64_t>(kMinFlopsPerChunk / (flops / static_cast<double>(extent))));
+    ParallelFor(0, extent, grain, [&](int64_t b, int64_t e) {
+      if (split_rows) {
+        GemmBlock(q, a32, p.lda, b32, ldb, c, bias32, b, e, 0, p.n);
+      } else {
+        GemmBlock(q, a32, p.lda, b32, ldb, c, bias32, 0, p.m, b, e);
+      }
+    });
+  }
+}
+
+void BiasAdd(void* out, DType out_type, const void* bias, DType bias_type, int64_t N, int64_t C) {
+  float* b32 = Scratch(kScratchD, static_cast<size_t>(C));
+  LoadRow(bias, bias_type, 0, b32, C);
+  ParallelFor(0, N, std::max<int64_t>(1, (1 << 15) / C), [&](int64_t b, int64_t e) {
+    float* row = out_type == DType::kF32 ? nullptr : Scratch(kScratchA, static_cast<size_t>(C));
+    for (int64_t i = b; i < e; ++i) {
+      float* r = out_type == DType::kF32 ? static_cast<float*>(out) + i * C : row;
+      if (out_type != DType::kF32) LoadRow(out, out_type, i * C, r, C);
+      for (int64_t j = 0; j < C; ++j) r[j] += b32[j];
+      if (out_type != DType::kF32) StoreRow(r, out, out_type, i * C, C);
+    }
+  });
+}
+
+// Column blocks, each summed over all rows in fp32 in row order: deterministic for any thread count.
+void BiasBackward(void* dbias, DType dbias_type, const void* dout, DType dout_type, int64_t N, int64_t C) {
+  constexpr int64_t kCols = 256;
+  ParallelFor(0, (C + kCols - 1) / kCols, 1, [&](int64_t b, int64_t e) {
+    float acc[kCols];
+    float* row = Scratch(kScratchA, kCols);
+    for (int64_t blk = b; blk < e; ++blk) {
+      int64_t j0 = blk * kCols, w = std::min(kCols, C - j0);
+      std::fill(acc, acc + w, 0.0f);
+      for (int64_t i = 0; i < N; ++i) {
+        const float* r = row;
+        if (dout_type == DType::kF32) {
+          r = static_cast<const float*>(dout) + i * C + j0;
+        } else {
+          LoadRow(dout, dout_type, i * C + j0, row, w);
+        }
+        for (int64_t j = 0; j < w; ++j) acc[j] += r[j];
+      }
+      float* old = Scratch(kScratchB, kCols);
+      LoadRow(dbias, dbias_type, j0, old, w);
+      for (int64_t j = 0; j < w; ++j) old[j] += acc[j];
+      StoreRow(old, dbias, dbias_type, j0, w);
+    }
+  });
+}
+
+}  // namespace
+
+void FillGemm(KernelTable& t) {
+  t.gemm = &Gemm;
+  t.bias_add = &BiasAdd;
+  t.bias_backward = &BiasBackward;
+}
+
+}  // namespace zerorun::kernels::cpu

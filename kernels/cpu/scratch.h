@@ -1,0 +1,20 @@
+// Per-thread scratch buffers for CPU kernels (internal). A buffer grows to the largest size asked of
+// it on that thread and is reused, so steady-state steps allocate (and page-fault) nothing.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace zerorun::kernels::cpu {
+
+// Slots let one thread hold several buffers at once (e.g. a converted A panel and a C panel).
+enum ScratchSlot : int { kScratchA = 0, kScratchB, kScratchC, kScratchD, kScratchE, kNumScratchSlots };
+
+inline float* Scratch(ScratchSlot slot, size_t elems) {
+  thread_local std::vector<float> buffers[kNumScratchSlots];
+  auto& buf = buffers[slot];
+  if (buf.size() < elems) buf.resize(elems);
+  return buf.data();
+}
+
+}  // namespace zerorun::kernels::cpu

@@ -1,0 +1,166 @@
+// GEMM and bias kernels: cpu against ref over shapes, transposes, leading dims, beta, bias, batches
+// and every storage dtype; ref against closed-form products.
+#include <doctest/doctest.h>
+
+#include <array>
+
+#include "kernel_test_util.h"
+#include "zerorun/core/error.h"
+#include "zerorun/kernels/ops.h"
+
+namespace zerorun::kernels::test {
+namespace {
+
+struct GemmCase {
+  int64_t m, n, k;
+  Trans ta, tb;
+  float alpha, beta;
+  bool bias;
+  int64_t batch;
+  int64_t pad;  // extra leading-dimension elements
+};
+
+// Runs one case on `table` with buffers derived from fixed seeds; returns C.
+Buffer RunGemm(const KernelTable& table, const GemmCase& g, DType at, DType bt, DType ct) {
+  int64_t a_rows = g.ta == Trans::kN ? g.m : g.k, a_cols = g.ta == Trans::kN ? g.k : g.m;
+  int64_t b_rows = g.tb == Trans::kN ? g.k : g.n, b_cols = g.tb == Trans::kN ? g.n : g.k;
+  int64_t lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
+  int64_t sa = a_rows * lda + 3, sb = b_rows * ldb + 1, sc = g.m * ldc + 2;
+  Buffer a = Buffer::Random(at, sa * g.batch, 11);
+  Buffer b = Buffer::Random(bt, sb * g.batch, 12);
+  Buffer c = Buffer::Random(ct, sc * g.batch, 13);
+  Buffer bias = Buffer::Random(ct, g.n, 14);
+  if (g.beta == 0.0f && c.size() > 0) c.Set(0, std::nan(""));  // must not leak when beta == 0
+  GemmParams p;
+  p.trans_a = g.ta;
+  p.trans_b = g.tb;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.alpha = g.alpha;
+  p.beta = g.beta;
+  p.a = a.data();
+  p.a_type = at;
+  p.lda = lda;
+  p.b = b.data();
+  p.b_type = bt;
+  p.ldb = ldb;
+  p.c = c.data();
+  p.c_type = ct;
+  p.ldc = ldc;
+  p.bias = g.bias ? bias.data() : nullptr;
+  p.bias_type = ct;
+  p.batch = g.batch;
+  p.stride_a = sa;
+  p.stride_b = sb;
+  p.stride_c = sc;
+  table.gemm(p);
+  return c;
+}
+
+TEST_SUITE("unit") {
+
+TEST_CASE("ref Gemm matches a closed-form product") {
+  // A (2, 3) = [[1,2,3],[4,5,6]], B (3, 2) = [[1,0],[0,1],[1,1]] -> A*B = [[4,5],[10,11]].
+  float a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 0, 0, 1, 1, 1}, c[] = {1, 1, 1, 1}, bias[] = {10, 20};
+  GemmParams p;
+  p.m = 2, p.n = 2, p.k = 3, p.alpha = 2.0f, p.beta = 1.0f;
+  p.a = a, p.lda = 3, p.b = b, p.ldb = 2, p.c = c, p.ldc = 2, p.bias = bias;
+  Ref().gemm(p);
+  CHECK(c[0] == 2 * 4 + 1 + 10);
+  CHECK(c[1] == 2 * 5 + 1 + 20);
+  CHECK(c[2] == 2 * 10 + 1 + 10);
+  CHECK(c[3] == 2 * 11 + 1 + 20);
+  // A^T with A stored (3, 2): op(A) = [[1,3,5],[2,4,6]]; B^T with B stored (2, 3) = [[1,0,1],[0,1,1]].
+  float at[] = {1, 2, 3, 4, 5, 6}, bt[] = {1, 0, 1, 0, 1, 1}, d[4];
+  Gemm(Trans::kT, Trans::kT, 2, 2, 3, 1.0f, at, DType::kF32, 2, bt, DType::kF32, 3, 0.0f, d, DType::kF32, 2);
+  CHECK(d[0] == 1 + 5);
+  CHECK(d[1] == 3 + 5);
+  CHECK(d[2] == 2 + 6);
+  CHECK(d[3] == 4 + 6);
+}
+
+TEST_CASE("cpu Gemm matches ref: shapes, transposes, dtypes") {
+  std::vector<GemmCase> cases = {
+      {0, 5, 3, Trans::kN, Trans::kN, 1, 0, false, 1, 0},
+      {3, 5, 0, Trans::kN, Trans::kN, 1, 0, true, 1, 0},  // k == 0: C = bias
+      {1, 1, 1, Trans::kN, Trans::kN, 1, 0, false, 1, 0},
+      {7, 7, 7, Trans::kN, Trans::kT, 0.5f, 0.25f, true, 1, 1},
+      {7, 7, 7, Trans::kT, Trans::kN, 1, 1, false, 3, 2},
+      {7, 7, 7, Trans::kT, Trans::kT, -1, 0, true, 2, 0},
+      {4099, 3, 5, Trans::kN, Trans::kN, 1, 0, true, 1, 0},
+      {2, 4099, 3, Trans::kN, Trans::kT, 1, 0.5f, false, 1, 3},
+      {5, 3, 4099, Trans::kT, Trans::kN, 1, 0, false, 1, 0},
+      {130, 150, 170, Trans::kN, Trans::kT, 1, 0, true, 1, 0},
+      {130, 150, 170, Trans::kT, Trans::kN, 1, 1, false, 1, 5},
+  };
+  for (const auto& g : cases) {
+    for (DType t : StorageTypes()) {
+      CAPTURE(g.m);
+      CAPTURE(g.n);
+      CAPTURE(g.k);
+      CAPTURE(std::string(DTypeName(t)));
+      // All operands in t, and mixed cases: 16-bit A into fp32 B and C; fp32 A with 16-bit B and C.
+      std::vector<std::array<DType, 3>> types = {{t, t, t}};
+      if (t != DType::kF32) {
+        types.push_back({t, DType::kF32, DType::kF32});
+        types.push_back({DType::kF32, t, t});
+      }
+      for (auto [at, bt, ct] : types) {
+        Buffer want = RunGemm(Ref(), g, at, bt, ct);
+        ForEachIsa([&](Isa) { CheckOp(RunGemm(Cpu(), g, at, bt, ct), want, "gemm", 1e-5); });
+      }
+    }
+  }
+}
+
+TEST_CASE("BiasAdd and BiasBackward: cpu matches ref; closed form") {
+  float out[] = {1, 2, 3, 4, 5, 6}, bias[] = {10, 20, 30}, dbias[] = {1, 1, 1};
+  BiasAdd(out, DType::kF32, bias, DType::kF32, 2, 3);
+  CHECK(out[0] == 11);
+  CHECK(out[5] == 36);
+  BiasBackward(dbias, DType::kF32, out, DType::kF32, 2, 3);  // columns sum 11+14, 22+25, 33+36, plus 1
+  CHECK(dbias[0] == 26);
+  CHECK(dbias[1] == 48);
+  CHECK(dbias[2] == 70);
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 3}, {1, 1}, {7, 7}, {3, 4099}, {513, 300}};
+  for (auto [N, C] : shapes) {
+    for (DType t : StorageTypes()) {
+      CAPTURE(N);
+      CAPTURE(C);
+      CAPTURE(std::string(DTypeName(t)));
+      Buffer x0 = Buffer::Random(t, N * C, 1), b = Buffer::Random(t, C, 2), x = x0;
+      Ref().bias_add(x.data(), t, b.data(), t, N, C);
+      ForEachIsa([&](Isa) {
+        Buffer x2 = x0;
+        Cpu().bias_add(x2.data(), t, b.data(), t, N, C);
+        CheckOp(x2, x, "bias_add");
+      });
+      for (DType gt : {t, DType::kF32}) {
+        Buffer d0 = Buffer::Random(gt, C, 3), d1 = d0;
+        Ref().bias_backward(d1.data(), gt, x.data(), t, N, C);
+        ForEachIsa([&](Isa) {
+          Buffer d2 = d0;
+          Cpu().bias_backward(d2.data(), gt, x.data(), t, N, C);
+          CheckOp(d2, d1, "bias_backward", 1e-5);
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("Gemm rejects bad arguments with the op and argument named") {
+  float a[4] = {}, b[4] = {}, c[4] = {};
+  CHECK_THROWS_WITH_AS(Gemm(Trans::kN, Trans::kN, 2, 2, 2, 1, a, DType::kF32, 1, b, DType::kF32, 2, 0, c,
+                            DType::kF32, 2),
+                       doctest::Contains("lda"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(Gemm(Trans::kN, Trans::kN, -1, 2, 2, 1, a, DType::kF32, 2, b, DType::kF32, 2, 0, c,
+                            DType::kF32, 2),
+                       doctest::Contains("m = -1"), InvalidArgument);
+  CHECK_THROWS_AS(Gemm(Trans::kN, Trans::kN, 2, 2, 2, 1, a, DType::kI32, 2, b, DType::kF32, 2, 0, c, DType::kF32, 2),
+                  InvalidArgument);
+}
+
+}  // TEST_SUITE
+}  // namespace
+}  // namespace zerorun::kernels::test
