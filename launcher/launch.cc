@@ -1,0 +1,601 @@
+// Launcher modes (driver, node, step), the restart loop, and the ssh/pdsh/srun/mpirun command lines.
+#include "zerorun/launcher/launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
+#include "zerorun/launcher/binding.h"
+#include "zerorun/launcher/preflight.h"
+#include "zerorun/launcher/supervisor.h"
+
+namespace zerorun::launcher {
+namespace {
+
+std::string Hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+bool IsLocalName(const std::string& host) {
+  return host == "localhost" || StartsWith(host, "127.") || host == "::1" || host == Hostname();
+}
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int ParseIntVar(const EnvList& env, const char* name, bool required, int fallback) {
+  const std::string* v = EnvGet(env, name);
+  if (v == nullptr || v->empty()) {
+    if (required) ZR_THROW(InvalidArgument, "{} is not set (needed to place this rank)", name);
+    return fallback;
+  }
+  char* end = nullptr;
+  long n = std::strtol(v->c_str(), &end, 10);
+  if (*end != '\0' && *end != '(') ZR_THROW(InvalidArgument, "{}='{}' is not an integer", name, *v);
+  return static_cast<int>(n);
+}
+
+// Flags an agent or step process inherits from the driver.
+void AppendRankFlags(const LaunchOptions& opts, std::vector<std::string>* argv) {
+  if (opts.no_local_rank) argv->push_back("--no_local_rank");
+  if (opts.bind_cores_to_rank) argv->push_back("--bind_cores_to_rank");
+  if (!opts.bind_core_list.empty()) argv->insert(argv->end(), {"--bind_core_list", opts.bind_core_list});
+  if (!opts.each_rank_log_dir.empty()) {
+    argv->insert(argv->end(), {"--enable_each_rank_log", std::filesystem::absolute(opts.each_rank_log_dir).string()});
+  }
+  argv->insert(argv->end(), {"--kill_grace", Format("{}", opts.kill_grace_s), "--tail_lines", std::to_string(opts.tail_lines)});
+}
+
+void AppendProgram(const LaunchOptions& opts, std::vector<std::string>* argv) {
+  argv->push_back("--");
+  argv->push_back(opts.program);
+  argv->insert(argv->end(), opts.program_args.begin(), opts.program_args.end());
+}
+
+void PrintReport(const JobOutcome& outcome) {
+  if (!outcome.report.empty()) std::fprintf(stderr, "%s\n", outcome.report.c_str());
+  std::fflush(stderr);
+}
+
+void PrepareLogDir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    ZR_THROW(InvalidArgument, "--enable_each_rank_log {}: exists and is not a directory", dir);
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) ZR_THROW(IoError, "--enable_each_rank_log {}: cannot create it: {}", dir, ec.message());
+}
+
+// Binding plan for `ranks` ranks on this node (empty when not asked for), logged.
+std::vector<CoreBinding> Binding(const LaunchOptions& opts, int ranks, int first_rank) {
+  if (!opts.bind_cores_to_rank && opts.bind_core_list.empty()) return {};
+  std::vector<CoreBinding> plan = PlanBinding(opts.bind_core_list, ranks);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    ZR_INFO("binding rank {} to CPUs {} (OMP_NUM_THREADS={})", first_rank + static_cast<int>(i),
+            FormatRangeList(plan[i].cpus), plan[i].threads);
+  }
+  return plan;
+}
+
+std::string MaskToken(const std::string& key, const std::string& value) {
+  return key == "ZERORUN_JOB_TOKEN" || key == "LC_ZERORUN_JOB_TOKEN" ? "<hidden>" : value;
+}
+
+void PrintDry(const std::string& title, const EnvList& env, const std::vector<std::string>& argv) {
+  std::string line = title + ":";
+  for (const auto& [k, v] : env) line += " " + k + "=" + ShellQuote(MaskToken(k, v));
+  line += " " + ShellJoin(argv);
+  std::printf("%s\n", line.c_str());
+}
+
+// Runs node `k`'s ranks in this process's children.
+JobOutcome RunNodeHere(const LaunchOptions& opts, const World& world, int k, const JobContext& job, int watch_fd) {
+  const Node& node = world.nodes[static_cast<size_t>(k)];
+  std::string host = node.host == "localhost" ? Hostname() : node.host;
+  int n = static_cast<int>(node.slots.size());
+  std::vector<CoreBinding> plan = Binding(opts, n, node.first_rank);
+  if (!opts.dry_run) PrepareLogDir(opts.each_rank_log_dir);
+  std::vector<ChildSpec> specs;
+  for (int i = 0; i < n; ++i) {
+    int rank = node.first_rank + i;
+    ChildSpec spec;
+    spec.name = Format("rank {} on {}", rank, host);
+    spec.argv = RankArgv(opts, i);
+    spec.env_set = RankEnv(world, k, i, job);
+    if (!plan.empty()) {
+      spec.cpus = plan[static_cast<size_t>(i)].cpus;
+      EnvSet(&spec.env_set, "OMP_NUM_THREADS", std::to_string(plan[static_cast<size_t>(i)].threads));
+    }
+    spec.line_prefix = Format("[rank {}] ", rank);
+    if (!opts.each_rank_log_dir.empty()) spec.log_path = Format("{}/rank{}.log", opts.each_rank_log_dir, rank);
+    specs.push_back(std::move(spec));
+  }
+  if (opts.dry_run) {
+    for (const ChildSpec& s : specs) {
+      PrintDry(Format("node {} ({}) {}", k, host, s.name.substr(0, s.name.find(" on "))), s.env_set, s.argv);
+    }
+    return {};
+  }
+  SupervisorOptions so;
+  so.kill_grace_s = opts.kill_grace_s;
+  so.tail_lines = opts.tail_lines;
+  so.watch_fd = watch_fd;
+  ZR_INFO("starting {} rank(s) on {} (ranks {}..{} of {}, generation {})", n, host, node.first_rank,
+          node.first_rank + n - 1, world.world_size, job.restart_generation);
+  return RunChildren(specs, so);
+}
+
+// Reads the --env_from_stdin preamble (up to a blank line) and exports it into this process.
+void ReadEnvPreamble() {
+  std::string text;
+  char c;
+  while (true) {
+    ssize_t n = read(0, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text += c;
+    if (text == "\n" || (text.size() >= 2 && text.compare(text.size() - 2, 2, "\n\n") == 0)) break;
+  }
+  for (const auto& [k, v] : DecodeEnvPreamble(text)) setenv(k.c_str(), v.c_str(), 1);
+}
+
+// One job generation through the chosen runner. Returns the exit code.
+int RunGeneration(const LaunchOptions& opts, const std::string& runner, const World* world, int generation,
+                  const std::string& token) {
+  std::string self = SelfExecutable();
+  EnvList exports = RemoteExports(CurrentEnviron(), LoadEnvFiles());
+  SupervisorOptions so;
+  so.kill_grace_s = opts.kill_grace_s + 5;  // agents need their own grace to stop their ranks
+  so.tail_lines = opts.tail_lines;
+  so.what = "node";
+
+  if (runner == "local") {
+    if (world->nodes.size() > 1) {
+      ZR_THROW(InvalidArgument, "--launcher local runs on this machine only, but {} hosts are selected: use "
+                                "--launcher ssh (or pdsh, slurm, openmpi), or --num_nodes 1", world->nodes.size());
+    }
+    JobContext job{DefaultMasterAddr(opts, *world), opts.master_port, token, generation};
+    // .zerorun_env applies to local ranks too (one rule for every runner).
+    for (const auto& [k, v] : LoadEnvFiles()) setenv(k.c_str(), v.c_str(), 1);
+    JobOutcome out = RunNodeHere(opts, *world, 0, job, -1);
+    PrintReport(out);
+    return out.exit_code;
+  }
+
+  std::vector<ChildSpec> specs;
+  if (runner == "ssh" || runner == "pdsh") {
+    std::string master = DefaultMasterAddr(opts, *world);
+    if (generation == 0 && !opts.no_ssh_check && !opts.dry_run) {
+      std::string first_addr = SshPreflight(opts, *world, self);
+      if (opts.master_addr.empty() && IsLocalName(master) && !first_addr.empty()) master = first_addr;
+    }
+    std::string cwd = std::filesystem::current_path().string();
+    if (runner == "ssh") {
+      for (size_t k = 0; k < world->nodes.size(); ++k) {
+        std::vector<std::string> agent = AgentArgv(opts, *world, static_cast<int>(k), master, generation, self);
+        agent.insert(agent.begin() + 1, "--env_from_stdin");
+        ChildSpec spec;
+        spec.name = Format("node {} ({})", k, world->nodes[k].host);
+        spec.argv = SshArgv(opts, world->nodes[k].host, RemoteCommand(cwd, agent));
+        EnvList preamble = {{"ZERORUN_JOB_TOKEN", token}};
+        for (const auto& kv : exports) preamble.push_back(kv);
+        spec.stdin_data = EncodeEnvPreamble(preamble);
+        spec.keep_stdin_open = true;
+        if (opts.dry_run) {
+          PrintDry(Format("node {} ({}) via ssh, stdin carries ZERORUN_JOB_TOKEN and {} exported variable(s)", k,
+                          world->nodes[k].host, exports.size()),
+                   {}, spec.argv);
+        }
+        specs.push_back(std::move(spec));
+      }
+    } else {
+      std::vector<std::string> agent = AgentArgv(opts, *world, -1, master, generation, self);
+      std::vector<std::string> remote = {"env"};
+      for (const auto& [k, v] : exports) remote.push_back(k + "=" + v);
+      remote.insert(remote.end(), agent.begin(), agent.end());
+      ChildSpec spec;
+      spec.name = "pdsh";
+      spec.argv = PdshArgv(opts, *world, RemoteCommand(cwd, remote));
+      spec.env_set = {{"PDSH_RCMD_TYPE", "ssh"}, {"LC_ZERORUN_JOB_TOKEN", token}};
+      std::string append = Getenv("PDSH_SSH_ARGS_APPEND");
+      append += " -o SendEnv=LC_ZERORUN_JOB_TOKEN -o BatchMode=yes";
+      if (opts.ssh_port > 0) append += Format(" -p {}", opts.ssh_port);
+      spec.env_set.emplace_back("PDSH_SSH_ARGS_APPEND", Trim(append));
+      if (opts.dry_run) PrintDry("all nodes via pdsh", spec.env_set, spec.argv);
+      specs.push_back(std::move(spec));
+    }
+  } else if (runner == "slurm") {
+    ChildSpec spec;
+    spec.name = "srun";
+    spec.argv = SrunArgv(opts, world, self, generation);
+    spec.env_set = exports;
+    spec.env_set.emplace_back("ZERORUN_JOB_TOKEN", token);
+    if (opts.dry_run) PrintDry("all nodes via srun", spec.env_set, spec.argv);
+    specs.push_back(std::move(spec));
+  } else if (runner == "openmpi") {
+    std::string hostfile;
+    if (world->nodes.size() > 1 || !IsLocalName(world->nodes[0].host)) {
+      hostfile = Format("/tmp/zerorun-{}-mpi-hostfile", getpid());
+      std::ofstream out(hostfile);
+      for (const Node& n : world->nodes) out << n.host << " slots=" << n.slots.size() << "\n";
+      if (!out) ZR_THROW(IoError, "cannot write {}", hostfile);
+    }
+    ChildSpec spec;
+    spec.name = "mpirun";
+    spec.argv = MpirunArgv(opts, *world, self, generation, exports, hostfile);
+    spec.env_set = exports;
+    spec.env_set.emplace_back("ZERORUN_JOB_TOKEN", token);
+    if (opts.dry_run) PrintDry("all nodes via mpirun", spec.env_set, spec.argv);
+    specs.push_back(std::move(spec));
+  }
+  if (opts.dry_run) return 0;
+  JobOutcome out = RunChildren(specs, so);
+  if (out.failed_child >= 0) {
+    // The agent's own report (which rank, which code, its last lines) came through its output.
+    const ChildResult& r = out.children[static_cast<size_t>(out.failed_child)];
+    std::fprintf(stderr, "zerorun: %s ended with %s; the job was stopped on every node\n",
+                 specs[static_cast<size_t>(out.failed_child)].name.c_str(), DescribeStatus(r).c_str());
+    if (r.exit_code == 255 && (runner == "ssh" || runner == "pdsh")) {
+      std::fprintf(stderr, "zerorun: exit code 255 is ssh's own failure (connection lost or refused); last lines:\n");
+      for (const std::string& l : r.tail) std::fprintf(stderr, "  | %s\n", l.c_str());
+    }
+  } else {
+    PrintReport(out);
+  }
+  return out.exit_code;
+}
+
+// --from_env: one rank placed by srun or mpirun.
+int RunStep(const LaunchOptions& opts) {
+  EnvList env = CurrentEnviron();
+  StepPlace p = opts.from_env == "slurm" ? PlaceFromSlurm(env) : PlaceFromOpenmpi(env);
+  std::string master = !opts.master_addr.empty() ? opts.master_addr : (!p.first_host.empty() ? p.first_host : "127.0.0.1");
+  std::string token = Getenv("ZERORUN_JOB_TOKEN");
+  if (token.empty()) {
+    ZR_WARN("ZERORUN_JOB_TOKEN is not set: started by {} directly? Export the same token on every node first "
+            "(see docs/launcher.md); ranks run without one", opts.from_env);
+  }
+  ChildSpec spec;
+  spec.name = Format("rank {} on {}", p.rank, Hostname());
+  spec.argv = RankArgv(opts, p.local_rank);
+  spec.env_set = {
+      {"RANK", std::to_string(p.rank)},          {"LOCAL_RANK", std::to_string(p.local_rank)},
+      {"WORLD_SIZE", std::to_string(p.world_size)}, {"LOCAL_SIZE", std::to_string(p.local_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(p.local_size)}, {"CROSS_RANK", std::to_string(p.node_rank)},
+      {"CROSS_SIZE", std::to_string(p.num_nodes)}, {"MASTER_ADDR", master},
+      {"MASTER_PORT", std::to_string(opts.master_port)}, {"ZERORUN_RESTART", std::to_string(opts.restart_generation)},
+  };
+  if (!opts.bind_cores_to_rank && opts.bind_core_list.empty()) {
+  } else {
+    std::vector<CoreBinding> plan = PlanBinding(opts.bind_core_list, p.local_size);
+    const CoreBinding& b = plan[static_cast<size_t>(p.local_rank)];
+    spec.cpus = b.cpus;
+    EnvSet(&spec.env_set, "OMP_NUM_THREADS", std::to_string(b.threads));
+    ZR_INFO("binding rank {} to CPUs {} (OMP_NUM_THREADS={})", p.rank, FormatRangeList(b.cpus), b.threads);
+  }
+  spec.line_prefix = Format("[rank {}] ", p.rank);
+  PrepareLogDir(opts.each_rank_log_dir);
+  if (!opts.each_rank_log_dir.empty()) spec.log_path = Format("{}/rank{}.log", opts.each_rank_log_dir, p.rank);
+  if (opts.dry_run) {
+    PrintDry(spec.name, spec.env_set, spec.argv);
+    return 0;
+  }
+  SupervisorOptions so;
+  so.kill_grace_s = opts.kill_grace_s;
+  so.tail_lines = opts.tail_lines;
+  JobOutcome out = RunChildren({spec}, so);
+  PrintReport(out);
+  return out.exit_code;
+}
+
+}  // namespace
+
+std::string SelfExecutable() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("zerorun") : p.string();
+}
+
+int Launch(const LaunchOptions& in) {
+  LaunchOptions opts = in;
+  // Inside an srun step or an mpirun job with several tasks, and nothing else asked for: be one rank.
+  if (opts.from_env.empty() && opts.launcher.empty() && opts.node_rank < 0 && !opts.hostfile_given) {
+    if (!Getenv("SLURM_STEP_ID").empty() && !Getenv("SLURM_PROCID").empty() && std::atoi(Getenv("SLURM_NTASKS").c_str()) > 1) {
+      opts.from_env = "slurm";
+    } else if (std::atoi(Getenv("OMPI_COMM_WORLD_SIZE").c_str()) > 1) {
+      opts.from_env = "openmpi";
+    }
+  }
+  if (!opts.from_env.empty()) return RunStep(opts);
+  // pdsh agents receive the token as LC_ZERORUN_JOB_TOKEN (sshd's usual AcceptEnv LC_*).
+  if (std::string lc = Getenv("LC_ZERORUN_JOB_TOKEN"); !lc.empty()) {
+    setenv("ZERORUN_JOB_TOKEN", lc.c_str(), 1);
+    unsetenv("LC_ZERORUN_JOB_TOKEN");
+  }
+
+  bool no_hostfile = !opts.hostfile_given && !DetectHostFacts().default_hostfile_exists;
+  bool batch = opts.launcher == "slurm" || opts.launcher == "openmpi";
+  World world;
+  if (!(batch && no_hostfile && opts.launcher == "slurm")) world = ResolveWorld(opts, DetectHostFacts());
+
+  if (opts.node_rank >= 0) {  // node mode: this node's ranks, here
+    if (opts.env_from_stdin) ReadEnvPreamble();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // the ssh session (or the shell) that started us is gone: stop
+    if (opts.node_rank >= static_cast<int>(world.nodes.size())) {
+      ZR_THROW(InvalidArgument, "--node_rank {} is out of range: the job has {} node(s)", opts.node_rank, world.nodes.size());
+    }
+    if (opts.max_restarts > 0) ZR_WARN("--max_restarts is ignored with --node_rank (restart every node together)");
+    std::string token = Getenv("ZERORUN_JOB_TOKEN");
+    if (token.empty()) {
+      if (world.nodes.size() > 1) {
+        ZR_THROW(InvalidArgument, "--node_rank {} of a {}-node job: every node needs the same ZERORUN_JOB_TOKEN. "
+                                  "Create one (e.g. export ZERORUN_JOB_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')) "
+                                  "and export it on every node before starting zerorun",
+                 opts.node_rank, world.nodes.size());
+      }
+      token = NewJobToken();
+    }
+    JobContext job{DefaultMasterAddr(opts, world), opts.master_port, token, opts.restart_generation};
+    JobOutcome out = RunNodeHere(opts, world, opts.node_rank, job, opts.env_from_stdin ? 0 : -1);
+    PrintReport(out);
+    return out.exit_code;
+  }
+
+  std::string runner = opts.launcher;
+  if (runner.empty()) {
+    bool remote = world.nodes.size() > 1 || !IsLocalName(world.nodes[0].host);
+    runner = remote ? "ssh" : "local";
+  }
+  std::string pid_file;
+  if (opts.save_pid && !opts.dry_run) {
+    pid_file = Format("/tmp/{}.zerorun", getpid());
+    std::ofstream(pid_file) << getpid() << "\n";
+  }
+  int code = 0;
+  for (int generation = 0; generation <= opts.max_restarts; ++generation) {
+    code = RunGeneration(opts, runner, world.nodes.empty() ? nullptr : &world, generation, NewJobToken());
+    if (code == 0 || opts.dry_run || PendingStopSignal() != 0) break;
+    if (generation < opts.max_restarts) {
+      ZR_WARN("job failed with exit code {}; restarting it (restart {} of {}, ZERORUN_RESTART={})", code,
+              generation + 1, opts.max_restarts, generation + 1);
+    } else if (opts.max_restarts > 0) {
+      ZR_ERROR("job failed with exit code {} after {} restart(s); giving up", code, opts.max_restarts);
+    }
+  }
+  if (!pid_file.empty()) unlink(pid_file.c_str());
+  return code;
+}
+
+std::vector<std::string> AgentArgv(const LaunchOptions& opts, const World& world, int node_rank,
+                                   const std::string& master_addr, int generation, const std::string& self) {
+  std::vector<std::string> argv = {self, "--node_rank", node_rank >= 0 ? std::to_string(node_rank) : "%n",
+                                   "--world_info", EncodeWorldInfo(world), "--master_addr", master_addr,
+                                   "--master_port", std::to_string(opts.master_port), "--restart_generation",
+                                   std::to_string(generation)};
+  AppendRankFlags(opts, &argv);
+  AppendProgram(opts, &argv);
+  return argv;
+}
+
+std::vector<std::string> SshArgv(const LaunchOptions& opts, const std::string& host, const std::string& remote_command) {
+  std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"};
+  if (opts.ssh_port > 0) argv.insert(argv.end(), {"-p", std::to_string(opts.ssh_port)});
+  for (const std::string& a : ShellSplit(opts.launcher_args)) argv.push_back(a);
+  argv.push_back(host);
+  argv.push_back(remote_command);
+  return argv;
+}
+
+std::string RemoteCommand(const std::string& cwd, const std::vector<std::string>& agent_argv) {
+  return "cd " + ShellQuote(cwd) + " && exec " + ShellJoin(agent_argv);
+}
+
+std::vector<std::string> PdshArgv(const LaunchOptions& opts, const World& world, const std::string& remote_command) {
+  std::string hosts;
+  for (const Node& n : world.nodes) hosts += (hosts.empty() ? "" : ",") + n.host;
+  std::vector<std::string> argv = {"pdsh", "-S", "-f", "1024", "-w", hosts};
+  for (const std::string& a : ShellSplit(opts.launcher_args)) argv.push_back(a);
+  argv.push_back(remote_command);
+  return argv;
+}
+
+std::vector<std::string> SrunArgv(const LaunchOptions& opts, const World* world, const std::string& self, int generation) {
+  std::vector<std::string> argv = {"srun"};
+  if (world != nullptr && opts.hostfile_given) {
+    std::string hosts;
+    size_t per = world->nodes[0].slots.size();
+    for (const Node& n : world->nodes) {
+      hosts += (hosts.empty() ? "" : ",") + n.host;
+      if (n.slots.size() != per) {
+        ZR_THROW(InvalidArgument, "--launcher slurm needs the same number of slots on every host ({} has {}, {} has {})",
+                 world->nodes[0].host, per, n.host, n.slots.size());
+      }
+    }
+    argv.insert(argv.end(), {"-n", std::to_string(world->world_size), "--nodes", std::to_string(world->nodes.size()),
+                             "--ntasks-per-node", std::to_string(per), "--nodelist", hosts});
+  } else {
+    int nodes = std::max(1, opts.num_nodes);
+    int per = opts.num_procs > 0 ? opts.num_procs : (opts.num_gpus > 0 ? opts.num_gpus : 1);
+    argv.insert(argv.end(), {"-n", std::to_string(nodes * per), "--nodes", std::to_string(nodes),
+                             "--ntasks-per-node", std::to_string(per)});
+  }
+  argv.push_back("--kill-on-bad-exit=1");
+  for (const std::string& a : ShellSplit(opts.launcher_args)) argv.push_back(a);
+  argv.push_back("--export=ALL");
+  argv.insert(argv.end(), {self, "--from_env", "slurm", "--master_port", std::to_string(opts.master_port),
+                           "--restart_generation", std::to_string(generation)});
+  if (!opts.master_addr.empty()) argv.insert(argv.end(), {"--master_addr", opts.master_addr});
+  AppendRankFlags(opts, &argv);
+  AppendProgram(opts, &argv);
+  return argv;
+}
+
+std::vector<std::string> MpirunArgv(const LaunchOptions& opts, const World& world, const std::string& self,
+                                    int generation, const EnvList& exports, const std::string& hostfile_path) {
+  std::vector<std::string> argv = {"mpirun", "-n", std::to_string(world.world_size)};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  if (!hostfile_path.empty()) {
+    argv.insert(argv.end(), {"-hostfile", hostfile_path});
+  } else {
+    argv.push_back("--oversubscribe");
+  }
+  for (const std::string& a : ShellSplit(opts.launcher_args)) argv.push_back(a);
+  // Values travel through mpirun's environment: "-x NAME" exports NAME's current value.
+  argv.insert(argv.end(), {"-x", "ZERORUN_JOB_TOKEN"});
+  for (const auto& kv : exports) argv.insert(argv.end(), {"-x", kv.first});
+  argv.insert(argv.end(), {self, "--from_env", "openmpi", "--master_addr", DefaultMasterAddr(opts, world),
+                           "--master_port", std::to_string(opts.master_port), "--restart_generation",
+                           std::to_string(generation)});
+  AppendRankFlags(opts, &argv);
+  AppendProgram(opts, &argv);
+  return argv;
+}
+
+std::string EncodeEnvPreamble(const EnvList& env) {
+  std::string out;
+  for (const auto& [k, v] : env) {
+    out += k + "=";
+    for (char c : v) {
+      if (c == '\\') {
+        out += "\\\\";
+      } else if (c == '\n') {
+        out += "\\n";
+      } else {
+        out += c;
+      }
+    }
+    out += '\n';
+  }
+  return out + "\n";
+}
+
+EnvList DecodeEnvPreamble(const std::string& text) {
+  EnvList out;
+  for (const std::string& line : Split(text, '\n')) {
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) ZR_THROW(InvalidArgument, "bad environment line from the launcher: '{}'", line);
+    std::string value;
+    for (size_t i = eq + 1; i < line.size(); ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) {
+        value += line[i + 1] == 'n' ? '\n' : line[i + 1];
+        ++i;
+      } else {
+        value += line[i];
+      }
+    }
+    EnvSet(&out, line.substr(0, eq), value);
+  }
+  return out;
+}
+
+std::vector<int> ExpandTaskCounts(const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& item : Split(text, ',')) {
+    if (Trim(item).empty()) continue;
+    int count = std::atoi(item.c_str());
+    int repeat = 1;
+    if (size_t x = item.find("(x"); x != std::string::npos) repeat = std::atoi(item.c_str() + x + 2);
+    for (int i = 0; i < repeat; ++i) out.push_back(count);
+  }
+  return out;
+}
+
+std::vector<std::string> ExpandHostlist(const std::string& text) {
+  std::vector<std::string> terms;
+  std::string cur;
+  int depth = 0;
+  for (char c : text) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      terms.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) terms.push_back(cur);
+  std::vector<std::string> out;
+  for (const std::string& term : terms) {
+    size_t open = term.find('[');
+    size_t close = term.find(']', open);
+    if (open == std::string::npos || close == std::string::npos) {
+      out.push_back(term);
+      continue;
+    }
+    std::string prefix = term.substr(0, open);
+    for (const std::string& rest : ExpandHostlist(term.substr(close + 1)).empty() ? std::vector<std::string>{""}
+                                                                                   : ExpandHostlist(term.substr(close + 1))) {
+      for (const std::string& range : Split(term.substr(open + 1, close - open - 1), ',')) {
+        size_t dash = range.find('-');
+        std::string lo = range.substr(0, dash);
+        std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+        for (long v = std::atol(lo.c_str()); v <= std::atol(hi.c_str()); ++v) {
+          std::string num = std::to_string(v);
+          if (num.size() < lo.size()) num = std::string(lo.size() - num.size(), '0') + num;
+          out.push_back(prefix + num + rest);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+StepPlace PlaceFromSlurm(const EnvList& env) {
+  StepPlace p;
+  p.rank = ParseIntVar(env, "SLURM_PROCID", true, 0);
+  p.world_size = EnvGet(env, "SLURM_NTASKS") != nullptr ? ParseIntVar(env, "SLURM_NTASKS", true, 1)
+                                                         : ParseIntVar(env, "SLURM_NPROCS", true, 1);
+  p.local_rank = ParseIntVar(env, "SLURM_LOCALID", true, 0);
+  p.node_rank = ParseIntVar(env, "SLURM_NODEID", true, 0);
+  p.num_nodes = ParseIntVar(env, "SLURM_STEP_NUM_NODES", false, ParseIntVar(env, "SLURM_NNODES", false, 1));
+  const std::string* per_node = EnvGet(env, "SLURM_STEP_TASKS_PER_NODE");
+  if (per_node == nullptr) per_node = EnvGet(env, "SLURM_TASKS_PER_NODE");
+  p.local_size = 1;
+  if (per_node != nullptr) {
+    std::vector<int> counts = ExpandTaskCounts(*per_node);
+    if (p.node_rank < static_cast<int>(counts.size())) p.local_size = counts[static_cast<size_t>(p.node_rank)];
+  }
+  for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    if (const std::string* list = EnvGet(env, name); list != nullptr && !list->empty()) {
+      std::vector<std::string> hosts = ExpandHostlist(*list);
+      if (!hosts.empty()) p.first_host = hosts[0];
+      break;
+    }
+  }
+  return p;
+}
+
+StepPlace PlaceFromOpenmpi(const EnvList& env) {
+  StepPlace p;
+  p.rank = ParseIntVar(env, "OMPI_COMM_WORLD_RANK", true, 0);
+  p.world_size = ParseIntVar(env, "OMPI_COMM_WORLD_SIZE", true, 1);
+  p.local_rank = ParseIntVar(env, "OMPI_COMM_WORLD_LOCAL_RANK", true, 0);
+  p.local_size = ParseIntVar(env, "OMPI_COMM_WORLD_LOCAL_SIZE", true, 1);
+  // mpirun's default by-slot mapping fills node after node, so with equal counts per node:
+  p.node_rank = p.rank / std::max(1, p.local_size);
+  p.num_nodes = (p.world_size + p.local_size - 1) / std::max(1, p.local_size);
+  return p;
+}
+
+}  // namespace zerorun::launcher

@@ -1,0 +1,212 @@
+// End-to-end tests of the `zerorun` executable on this machine with the zr_env_probe rank program:
+// the environment contract, failure propagation and teardown, signals, restarts, logs, binding.
+// To run the same checks against the real trainer later, swap zrtest::Probe() for zerorun-train.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include "launcher_test_util.h"
+
+using namespace zrtest;
+
+TEST_SUITE("multiproc") {
+TEST_CASE("local job: every rank gets the whole environment contract and its arguments verbatim") {
+  std::string dir = TempDir("env");
+  RunResult r = Run({"--num_procs", "3", "--master_port", "29611", Probe(), "--out", dir, "--print", "2", "it's \"quoted\"",
+                     "a  b", "", "--", "--local_rank=99"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::set<std::string> tokens;
+  for (int rank = 0; rank < 3; ++rank) {
+    Record rec = ReadRecord(dir, rank);
+    REQUIRE(rec.found);
+    CHECK(rec.env["RANK"] == std::to_string(rank));
+    CHECK(rec.env["LOCAL_RANK"] == std::to_string(rank));
+    CHECK(rec.env["WORLD_SIZE"] == "3");
+    CHECK(rec.env["LOCAL_SIZE"] == "3");
+    CHECK(rec.env["LOCAL_WORLD_SIZE"] == "3");
+    CHECK(rec.env["CROSS_RANK"] == "0");
+    CHECK(rec.env["CROSS_SIZE"] == "1");
+    CHECK(rec.env["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(rec.env["MASTER_PORT"] == "29611");
+    CHECK(rec.env["ZERORUN_RESTART"] == "0");
+    CHECK(rec.env["ZERORUN_JOB_TOKEN"].size() == 64);
+    CHECK(rec.env.count("CUDA_VISIBLE_DEVICES") == 0);  // CPU ranks (unless the caller had it set)
+    tokens.insert(rec.env["ZERORUN_JOB_TOKEN"]);
+    std::vector<std::string> want = {Probe(), "--local_rank=" + std::to_string(rank), "--out", dir, "--print", "2",
+                                     "it's \"quoted\"", "a  b", "", "--", "--local_rank=99"};
+    CHECK(rec.argv == want);
+    for (const std::string& a : rec.argv) CHECK(a.find(rec.env["ZERORUN_JOB_TOKEN"]) == std::string::npos);
+    CHECK(r.output.find("[rank " + std::to_string(rank) + "] probe rank " + std::to_string(rank) + " line 1") != std::string::npos);
+  }
+  CHECK(tokens.size() == 1);  // one token per job...
+  std::string dir2 = TempDir("env2");
+  REQUIRE(Run({"--num_procs", "1", Probe(), "--out", dir2}).exit_code == 0);
+  CHECK(ReadRecord(dir2, 0).env["ZERORUN_JOB_TOKEN"] != *tokens.begin());  // ...fresh for every job
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir2);
+}
+
+TEST_CASE("local job: GPU slots set CUDA_VISIBLE_DEVICES, --no_local_rank, .zerorun_env entries") {
+  std::string dir = TempDir("gpu");
+  std::string env_file = dir + "/envfile";
+  std::ofstream(env_file) << "# comment\n\nZR_TEST_FROM_FILE=\"hello world\"\n";
+  RunResult r = Run({"--num_gpus", "2", "--no_local_rank", Probe(), "--out", dir}, 60, {"ZERORUN_ENV_FILE=" + env_file});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    Record rec = ReadRecord(dir, rank);
+    CHECK(rec.env["CUDA_VISIBLE_DEVICES"] == "0,1");
+    CHECK(rec.env["ZR_TEST_FROM_FILE"] == "hello world");
+    CHECK(rec.argv == std::vector<std::string>{Probe(), "--out", dir});
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("failing rank: its exit code is the job's, the others are stopped, nothing is left behind") {
+  std::string dir = TempDir("fail");
+  // rank 1 fails once every rank has written its record; the others ignore SIGTERM and would sleep 60 s.
+  RunResult r = Run({"--num_procs", "3", "--kill_grace", "1", Probe(), "--out", dir, "--exit", "7", "--on_rank", "1",
+                     "--sleep", "60", "--ignore_term", "--spawn_sleeper", "--print", "3"},
+                    40);
+  INFO(r.output);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.exit_code == 7);
+  CHECK(r.seconds < 30);  // bounded teardown (generous for a loaded CI machine; the ranks would sleep 60 s)
+  CHECK(r.output.find("rank 1 on") != std::string::npos);
+  CHECK(r.output.find("exit code 7") != std::string::npos);
+  CHECK(r.output.find("  | probe rank 1 failing with exit code 7") != std::string::npos);
+  for (int rank = 0; rank < 3; ++rank) {
+    Record rec = ReadRecord(dir, rank);
+    if (!rec.found) continue;  // a rank may have been stopped before it wrote its record
+    CHECK_FALSE(Alive(rec.pid));
+    CHECK_FALSE(Alive(rec.sleeper));
+  }
+  CHECK(ProcessesMatching(dir).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rank killed by a signal: reported with the signal, exit code 128+signal") {
+  std::string dir = TempDir("sig");
+  RunResult r = Run({"--num_procs", "2", "--kill_grace", "1", Probe(), "--out", dir, "--signal", "9", "--on_rank", "0",
+                     "--sleep", "60"},
+                    40);
+  INFO(r.output);
+  CHECK(r.exit_code == 137);
+  CHECK(r.output.find("signal 9 (SIGKILL)") != std::string::npos);
+  CHECK(ProcessesMatching(dir).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SIGTERM to the launcher: forwarded, every rank and helper gone, exit 143") {
+  std::string dir = TempDir("term");
+  Running run = Start({"--num_procs", "3", "--kill_grace", "1", Probe(), "--out", dir, "--sleep", "60", "--spawn_sleeper"});
+  bool all = true;
+  for (int rank = 0; rank < 3; ++rank) all = all && WaitForFile(dir + "/rank" + std::to_string(rank) + ".gen0.txt", 20);
+  REQUIRE(all);
+  std::vector<int> pids;
+  for (int rank = 0; rank < 3; ++rank) {
+    Record rec = ReadRecord(dir, rank);
+    pids.push_back(rec.pid);
+    pids.push_back(rec.sleeper);
+    CHECK(Alive(rec.pid));
+  }
+  kill(run.pid, SIGTERM);
+  RunResult r = Finish(run, 30);
+  INFO(r.output);
+  CHECK(r.exit_code == 143);
+  CHECK(r.output.find("SIGTERM") != std::string::npos);
+  for (int pid : pids) CHECK_FALSE(Alive(pid));
+  CHECK(ProcessesMatching(dir).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--max_restarts: a failed generation is restarted with ZERORUN_RESTART+1 and a new token") {
+  std::string dir = TempDir("restart");
+  RunResult r = Run({"--num_procs", "2", "--max_restarts", "2", "--kill_grace", "1", Probe(), "--out", dir, "--exit", "3",
+                     "--on_rank", "1", "--on_generation", "0"});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  Record g0 = ReadRecord(dir, 0, 0);
+  Record g1 = ReadRecord(dir, 0, 1);
+  REQUIRE(g1.found);
+  CHECK(g1.env["ZERORUN_RESTART"] == "1");
+  CHECK(ReadRecord(dir, 1, 1).found);
+  CHECK_FALSE(ReadRecord(dir, 0, 2).found);  // success ends the loop
+  if (g0.found) CHECK(g0.env["ZERORUN_JOB_TOKEN"] != g1.env["ZERORUN_JOB_TOKEN"]);
+  CHECK(r.output.find("restart 1 of 2") != std::string::npos);
+
+  std::string dir2 = TempDir("restart2");
+  RunResult always = Run({"--num_procs", "1", "--max_restarts", "1", Probe(), "--out", dir2, "--exit", "5"});
+  CHECK(always.exit_code == 5);
+  CHECK(ReadRecord(dir2, 0, 0).found);
+  CHECK(ReadRecord(dir2, 0, 1).found);
+  CHECK(always.output.find("giving up") != std::string::npos);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir2);
+}
+
+TEST_CASE("--enable_each_rank_log: output goes to DIR/rank<r>.log; a failure shows the file and its tail") {
+  std::string dir = TempDir("logs");
+  RunResult r = Run({"--num_procs", "2", "--enable_each_rank_log", dir + "/logs", Probe(), "--print", "2", "--exit", "4",
+                     "--on_rank", "1"});
+  INFO(r.output);
+  CHECK(r.exit_code == 4);
+  std::ifstream log1(dir + "/logs/rank1.log");
+  std::string content((std::istreambuf_iterator<char>(log1)), std::istreambuf_iterator<char>());
+  CHECK(content.find("probe rank 1 line 1") != std::string::npos);
+  CHECK(r.output.find("[rank 1] probe") == std::string::npos);  // not on the terminal
+  CHECK(r.output.find(dir + "/logs/rank1.log") != std::string::npos);
+  CHECK(r.output.find("  | probe rank 1 failing with exit code 4") != std::string::npos);
+  std::ofstream(dir + "/file") << "x";
+  RunResult bad = Run({"--enable_each_rank_log", dir + "/file", Probe()});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("not a directory") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--bind_core_list: disjoint CPU sets and OMP_NUM_THREADS per rank") {
+  if (std::thread::hardware_concurrency() < 2) {
+    MESSAGE("skipped: needs 2 CPUs");
+    return;
+  }
+  std::string dir = TempDir("bind");
+  RunResult r = Run({"--num_procs", "2", "--bind_core_list", "0-1", Probe(), "--out", dir}, 60, {"ZERORUN_LOG_LEVEL=info"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(ReadRecord(dir, 0).cpus == "0");
+  CHECK(ReadRecord(dir, 1).cpus == "1");
+  CHECK(ReadRecord(dir, 0).env["OMP_NUM_THREADS"] == "1");
+  CHECK(r.output.find("binding rank 1 to CPUs 1") != std::string::npos);
+  RunResult auto_bind = Run({"--num_procs", "2", "--bind_cores_to_rank", Probe(), "--out", dir});
+  CHECK(auto_bind.exit_code == 0);
+  CHECK(ReadRecord(dir, 0).cpus != ReadRecord(dir, 1).cpus);
+  RunResult too_many = Run({"--num_procs", "3", "--bind_core_list", "0-1", Probe()});
+  CHECK(too_many.exit_code == 2);
+  CHECK(too_many.output.find("cannot bind 3 ranks to 2 core(s)") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bad input fails fast with a message naming the place; a missing program is exit 127") {
+  std::string dir = TempDir("bad");
+  std::ofstream(dir + "/hf") << "good slots=2\nthis is bad slots=1\n";
+  RunResult hf = Run({"-H", dir + "/hf", Probe()});
+  CHECK(hf.exit_code == 2);
+  CHECK(hf.output.find(dir + "/hf:2: bad hostfile line") != std::string::npos);
+  RunResult missing = Run({"--num_procs", "2", dir + "/no-such-program"});
+  CHECK(missing.exit_code == 127);
+  CHECK(missing.output.find("cannot execute") != std::string::npos);
+  RunResult help = Run({"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.output.find("usage: zerorun") != std::string::npos);
+  RunResult dry = Run({"--num_procs", "2", "--dry_run", Probe(), "x"});
+  CHECK(dry.exit_code == 0);
+  CHECK(dry.output.find("ZERORUN_JOB_TOKEN='<hidden>'") != std::string::npos);
+  CHECK(dry.output.find("RANK=1") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+}
