@@ -1,0 +1,702 @@
+// The collective funnel (argument checks, sequence numbers, accounting, comms_logger) and the
+// per-group executor thread that runs backends' Execute in submission order.
+#include "zerorun/comm/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
+#include "zerorun/core/tensor.h"
+#include "zerorun/core/timer.h"
+
+namespace zerorun::comm {
+
+namespace detail {
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::weak_ptr<Communicator*> owner;
+  std::string what;  // op description for Wait(timeout) messages
+};
+}  // namespace detail
+
+namespace {
+
+constexpr size_t kMaxRecords = 100000;
+
+bool Reducible(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64 || t == DType::kI32 ||
+         t == DType::kI64;
+}
+
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+std::shared_ptr<detail::WorkState> FailedWork(const std::string& reason) {
+  auto w = std::make_shared<detail::WorkState>();
+  w->done = true;
+  w->error = std::make_exception_ptr(CommError(reason));
+  return w;
+}
+
+double UnixMs() {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count());
+}
+
+}  // namespace
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+const char* OpTypeName(OpType op) {
+  switch (op) {
+    case OpType::kAllReduce: return "all_reduce";
+    case OpType::kReduceScatter: return "reduce_scatter";
+    case OpType::kAllGather: return "all_gather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kReduce: return "reduce";
+    case OpType::kBarrier: return "barrier";
+    case OpType::kSend: return "send";
+    case OpType::kRecv: return "recv";
+  }
+  return "?";
+}
+
+double BusBandwidthFactor(OpType op, int n) {
+  if (n <= 1) return op == OpType::kAllReduce || op == OpType::kReduceScatter || op == OpType::kAllGather ? 0.0 : 1.0;
+  switch (op) {
+    case OpType::kAllReduce: return 2.0 * (n - 1) / n;
+    case OpType::kReduceScatter:
+    case OpType::kAllGather: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+OpStats CommStats::Total() const {
+  OpStats t;
+  for (const auto& s : by_op) {
+    t.calls += s.calls;
+    t.bytes_sent += s.bytes_sent;
+    t.bytes_received += s.bytes_received;
+    t.payload_bytes += s.payload_bytes;
+    t.total_time_s += s.total_time_s;
+  }
+  return t;
+}
+
+Millis DefaultCommTimeout() {
+  const char* e = std::getenv("ZERORUN_COMM_TIMEOUT");
+  if (!e || !*e) return Millis(600'000);
+  char* end = nullptr;
+  double s = std::strtod(e, &end);
+  if (end == e || *end != '\0' || !(s > 0)) {
+    ZR_THROW(InvalidArgument, "ZERORUN_COMM_TIMEOUT='{}': expected a positive number of seconds", e);
+  }
+  return Millis(static_cast<int64_t>(s * 1000.0));
+}
+
+std::string OpDesc::Describe(int rank, int size, const std::string& group) const {
+  std::string what = Format("{} #{} ({} x {}", OpTypeName(op), seq, count, DTypeName(dtype));
+  if (op == OpType::kAllReduce || op == OpType::kReduceScatter || op == OpType::kReduce) {
+    what += Format(", {}", ReduceOpName(reduce));
+  }
+  if (op == OpType::kBroadcast || op == OpType::kReduce) what += Format(", root {}", root);
+  if (op == OpType::kSend) what += Format(", to rank {} tag {}", root, tag);
+  if (op == OpType::kRecv) what += Format(", from rank {} tag {}", root, tag);
+  return what + Format(") on group '{}' rank {}/{}", group, rank, size);
+}
+
+// ---- Work ------------------------------------------------------------------------------------------
+
+bool Work::IsCompleted() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+void Work::Wait() const {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Work::Wait(Millis timeout) const {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    std::string msg = Format("{}: Work::Wait gave up after {} ms; the communicator is aborted", state_->what,
+                             timeout.count());
+    auto owner = state_->owner.lock();
+    lock.unlock();
+    if (owner && *owner) (*owner)->Abort(msg);
+    throw TimeoutError(msg);
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+// ---- Communicator ----------------------------------------------------------------------------------
+
+namespace {
+// Every communicator registers a shared handle so Work can reach it only while it lives.
+struct SelfHandle {
+  std::shared_ptr<Communicator*> ptr;
+};
+std::mutex g_self_mu;
+std::map<const Communicator*, std::shared_ptr<Communicator*>> g_self;
+}  // namespace
+
+Communicator::Communicator(std::string backend_name, std::string name, int rank, int size,
+                           const CommOptions& options)
+    : backend_name_(std::move(backend_name)),
+      name_(std::move(name)),
+      rank_(rank),
+      size_(size),
+      timeout_(options.timeout.count() > 0 ? options.timeout : DefaultCommTimeout()),
+      logger_(options.logger) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    ZR_THROW(InvalidArgument, "communicator '{}': rank {} is outside world size {}", name_, rank, size);
+  }
+  hosts_.assign(static_cast<size_t>(size), "?");
+  {
+    std::lock_guard<std::mutex> lock(g_self_mu);
+    g_self[this] = std::make_shared<Communicator*>(this);
+  }
+  executor_ = std::thread([this] { ExecutorLoop(); });
+}
+
+Communicator::~Communicator() { StopExecutor(); }
+
+void Communicator::StopExecutor() {
+  {
+    std::lock_guard<std::mutex> lock(g_self_mu);
+    auto it = g_self.find(this);
+    if (it != g_self.end()) {
+      *it->second = nullptr;
+      g_self.erase(it);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    if (!queue_.empty() || running_ > 0) {
+      if (!aborted_.load()) {
+        aborted_ = true;
+        abort_reason_ = Format("communicator '{}' rank {} was destroyed with ops in flight", name_, rank_);
+      }
+    }
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (executor_.joinable()) executor_.join();
+}
+
+std::string Communicator::PeerName(int peer) const {
+  if (peer < 0 || peer >= size_) return Format("rank {}", peer);
+  return Format("rank {} (host {})", peer, hosts_[static_cast<size_t>(peer)]);
+}
+
+void Communicator::Abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+    aborted_ = true;
+  }
+  ZR_DEBUG("communicator '{}' rank {} aborted: {}", name_, rank_, reason);
+  cv_.notify_all();
+}
+
+[[noreturn]] void Communicator::ThrowAborted() {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reason = abort_reason_;
+  }
+  throw CommError(reason);
+}
+
+void Communicator::CheckAlive(const OpDesc& op) {
+  if (aborted_.load(std::memory_order_relaxed)) ThrowAborted();
+  if (NowSeconds() > op.deadline) ThrowTimeout(op, DescribeStall(op));
+}
+
+[[noreturn]] void Communicator::ThrowTimeout(const OpDesc& op, const std::string& detail) {
+  std::string msg = Format("{} ({} backend) timed out after {} s", op.Describe(rank_, size_, name_), backend_name_,
+                           static_cast<double>(timeout_.count()) / 1e3);
+  if (!detail.empty()) msg += "; " + detail;
+  throw TimeoutError(msg);
+}
+
+std::string Communicator::HeartbeatValue() const {
+  return Format("{} {} {}", seq_.load(), OpTypeName(static_cast<OpType>(last_op_.load())),
+                static_cast<int64_t>(UnixMs()));
+}
+
+std::string Communicator::DescribeStall(const OpDesc& op) {
+  if (!heartbeat_store_) return "";
+  std::vector<std::string> missing, stalled;
+  double now = UnixMs();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::string key = Format("hb/{}", r);
+    std::string v;
+    try {
+      if (!heartbeat_store_->Check({key})) {
+        missing.push_back(Format("{} (no heartbeat)", PeerName(r)));
+        continue;
+      }
+      v = heartbeat_store_->Get(key, Millis(1000));
+    } catch (const Error& e) {
+      return Format("could not read heartbeats: {}", e.what());
+    }
+    std::istringstream is(v);
+    uint64_t seq = 0;
+    std::string opname;
+    double ms = 0;
+    is >> seq >> opname >> ms;
+    if (seq < op.seq) {
+      missing.push_back(Format("{} (last called {} #{})", PeerName(r), opname, seq));
+    } else if (now - ms > 5000) {
+      stalled.push_back(Format("{} (no heartbeat for {} s)", PeerName(r), static_cast<int64_t>((now - ms) / 1000)));
+    }
+  }
+  std::string out;
+  if (!missing.empty()) {
+    out += "ranks that did not arrive: ";
+    for (size_t i = 0; i < missing.size(); ++i) out += (i ? ", " : "") + missing[i];
+  }
+  if (!stalled.empty()) {
+    out += std::string(out.empty() ? "" : "; ") + "ranks that arrived but stopped responding: ";
+    for (size_t i = 0; i < stalled.size(); ++i) out += (i ? ", " : "") + stalled[i];
+  }
+  if (out.empty()) out = "every rank arrived and is alive (slow transport or a stuck peer thread)";
+  return out;
+}
+
+Work Communicator::Submit(OpDesc op) {
+  // Argument checks (before the sequence number is consumed, so a bad call changes nothing).
+  const std::string where = Format("{} on group '{}' rank {}", OpTypeName(op.op), name_, rank_);
+  const bool reduces = op.op == OpType::kAllReduce || op.op == OpType::kReduceScatter || op.op == OpType::kReduce;
+  if (reduces && !Reducible(op.dtype)) {
+    ZR_THROW(InvalidArgument, "{}: dtype {} cannot be reduced (fp32, fp16, bf16, fp64, int32, int64)", where,
+             DTypeName(op.dtype));
+  }
+  const size_t es = DTypeSize(op.dtype);
+  const size_t n = static_cast<size_t>(size_);
+  if (op.count > (size_t{1} << 50) / es) ZR_THROW(InvalidArgument, "{}: count {} is too large", where, op.count);
+  if (op.op == OpType::kBroadcast || op.op == OpType::kReduce) {
+    if (op.root < 0 || op.root >= size_) ZR_THROW(InvalidArgument, "{}: root {} outside [0, {})", where, op.root, size_);
+  }
+  if (op.op == OpType::kSend || op.op == OpType::kRecv) {
+    if (op.root < 0 || op.root >= size_ || op.root == rank_) {
+      ZR_THROW(InvalidArgument, "{}: peer {} must be another rank in [0, {})", where, op.root, size_);
+    }
+    if (op.tag < 0 || op.tag >= (1 << 20)) ZR_THROW(InvalidArgument, "{}: tag {} outside [0, 2^20)", where, op.tag);
+  }
+  if (op.count > 0) {
+    bool need_send = op.op != OpType::kRecv && op.op != OpType::kBarrier && op.op != OpType::kBroadcast;
+    bool need_recv = op.op != OpType::kSend && op.op != OpType::kBarrier &&
+                     !(op.op == OpType::kReduce && op.root != rank_);
+    if (op.op == OpType::kBroadcast) need_recv = true;
+    if ((need_send && !op.send) || (need_recv && !op.recv)) ZR_THROW(InvalidArgument, "{}: null buffer for {} elements", where, op.count);
+    if (device().is_cpu() && op.send && op.recv && op.send != op.recv) {
+      size_t bytes = op.count * es;
+      if (op.op == OpType::kAllReduce || op.op == OpType::kReduce) {
+        if (Overlap(op.send, bytes, op.recv, bytes)) ZR_THROW(InvalidArgument, "{}: send and recv overlap but differ", where);
+      } else if (op.op == OpType::kReduceScatter) {
+        if (op.recv != static_cast<const char*>(op.send) + rank_ * bytes && Overlap(op.send, bytes * n, op.recv, bytes)) {
+          ZR_THROW(InvalidArgument, "{}: recv overlaps send but is not send + rank*recv_count", where);
+        }
+      } else if (op.op == OpType::kAllGather) {
+        if (op.send != static_cast<char*>(op.recv) + rank_ * bytes && Overlap(op.send, bytes, op.recv, bytes * n)) {
+          ZR_THROW(InvalidArgument, "{}: send overlaps recv but is not recv + rank*send_count", where);
+        }
+      }
+    }
+  }
+  auto work = std::make_shared<detail::WorkState>();
+  {
+    std::lock_guard<std::mutex> lock(g_self_mu);
+    auto it = g_self.find(this);
+    if (it != g_self.end()) work->owner = it->second;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  op.seq = ++seq_;
+  last_op_ = static_cast<int>(op.op);
+  work->what = op.Describe(rank_, size_, name_);
+  if (aborted_.load()) {
+    work->done = true;
+    work->error = std::make_exception_ptr(CommError(Format("{}: communicator aborted earlier: {}", work->what, abort_reason_)));
+    return Work(work);
+  }
+  if (stop_) return Work(FailedWork(work->what + ": communicator is shutting down"));
+  queue_.push_back({std::move(op), work});
+  ++running_;
+  cv_.notify_all();
+  return Work(work);
+}
+
+void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start,
+                          std::exception_ptr err) {
+  double secs = NowSeconds() - start;
+  const int64_t n = size_;
+  const int64_t es = static_cast<int64_t>(DTypeSize(op.dtype));
+  int64_t payload = static_cast<int64_t>(op.count) * es;
+  if (op.op == OpType::kReduceScatter || op.op == OpType::kAllGather) payload *= n;
+  if (!err) {
+    if (op.bytes_sent == 0 && op.bytes_received == 0 && n > 1) {  // the ring volume
+      int64_t v = 0;
+      switch (op.op) {
+        case OpType::kAllReduce: v = 2 * (n - 1) * payload / n; break;
+        case OpType::kReduceScatter:
+        case OpType::kAllGather: v = (n - 1) * payload / n; break;
+        default: break;
+      }
+      op.bytes_sent = op.bytes_received = v;
+      if (op.op == OpType::kBroadcast) (rank_ == op.root ? op.bytes_sent : op.bytes_received) = payload;
+      if (op.op == OpType::kReduce) (rank_ == op.root ? op.bytes_received : op.bytes_sent) = payload;
+      if (op.op == OpType::kSend) op.bytes_sent = payload;
+      if (op.op == OpType::kRecv) op.bytes_received = payload;
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    OpStats& s = stats_.by_op[static_cast<int>(op.op)];
+    ++s.calls;
+    s.bytes_sent += op.bytes_sent;
+    s.bytes_received += op.bytes_received;
+    s.payload_bytes += payload;
+    s.total_time_s += secs;
+    bool profiled = logger_.prof_all ||
+                    std::find(logger_.prof_ops.begin(), logger_.prof_ops.end(), OpTypeName(op.op)) != logger_.prof_ops.end();
+    if (logger_.enabled && profiled) {
+      CommRecord rec;
+      rec.op = op.op;
+      rec.seq = op.seq;
+      rec.size_bytes = static_cast<size_t>(payload);
+      rec.latency_ms = secs * 1e3;
+      rec.algbw_gbps = secs > 0 ? static_cast<double>(payload) / secs / 1e9 : 0;
+      rec.busbw_gbps = rec.algbw_gbps * BusBandwidthFactor(op.op, size_);
+      if (records_.size() >= kMaxRecords) records_.erase(records_.begin(), records_.begin() + kMaxRecords / 2);
+      records_.push_back(rec);
+      if (logger_.verbose) {
+        ZR_INFO("comm op: {}{} | time (ms): {} | msg size: {} | algbw (Gbps): {} | busbw (Gbps): {}",
+                OpTypeName(op.op), logger_.debug ? Format(" #{}", op.seq) : std::string(), rec.latency_ms,
+                FormatBytes(static_cast<double>(payload)), rec.algbw_gbps * 8, rec.busbw_gbps * 8);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->done = true;
+    w->error = err;
+  }
+  w->cv.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  --running_;
+  cv_.notify_all();
+}
+
+void Communicator::ExecutorLoop() {
+  SetThreadLogRank(rank_);
+  struct Pending {
+    OpDesc op;
+    std::shared_ptr<detail::WorkState> work;
+    double start;
+  };
+  std::vector<Pending> pending;
+  int idle_spins = 0;
+  for (;;) {
+    std::optional<Queued> next;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (pending.empty()) cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_ && queue_.empty() && pending.empty()) break;
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (next) {
+      OpDesc& op = next->op;
+      double start = NowSeconds();
+      op.deadline = start + static_cast<double>(timeout_.count()) / 1e3;
+      std::exception_ptr err;
+      try {
+        if (aborted_.load()) ThrowAborted();
+        if (stop_) throw CommError(Format("{}: communicator is shutting down", next->work->what));
+        Execute(op);
+      } catch (const std::exception& e) {
+        err = std::current_exception();
+        Abort(Format("{} failed: {}", next->work->what, e.what()));
+      }
+      if (!err && op.poll) {
+        pending.push_back({std::move(op), next->work, start});
+      } else {
+        Finish(next->work, op, start, err);
+      }
+      idle_spins = 0;
+    }
+    if (!pending.empty()) {
+      Progress();
+      bool progressed = false;
+      for (size_t i = 0; i < pending.size();) {
+        Pending& p = pending[i];
+        std::exception_ptr err;
+        bool done = false;
+        try {
+          if (aborted_.load()) ThrowAborted();
+          if (NowSeconds() > p.op.deadline) ThrowTimeout(p.op, DescribeStall(p.op));
+          done = p.op.poll();
+        } catch (const std::exception& e) {
+          err = std::current_exception();
+          Abort(Format("{} failed: {}", p.work->what, e.what()));
+          done = true;
+        }
+        if (done) {
+          Finish(p.work, p.op, p.start, err);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          progressed = true;
+        } else {
+          ++i;
+        }
+      }
+      if (!progressed && ++idle_spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (progressed) idle_spins = 0;
+    }
+  }
+}
+
+void Communicator::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return running_ == 0; });
+}
+
+CommStats Communicator::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Communicator::ResetStats() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_ = CommStats{};
+  records_.clear();
+}
+
+void Communicator::SetCommsLogger(const CommsLoggerOptions& options) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  logger_ = options;
+}
+
+std::vector<CommRecord> Communicator::Records() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return records_;
+}
+
+std::string Communicator::LogSummary() const {
+  struct Agg {
+    int64_t count = 0;
+    double lat = 0, alg = 0, bus = 0;
+  };
+  std::map<std::pair<int, size_t>, Agg> agg;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    for (const auto& r : records_) {
+      Agg& a = agg[{static_cast<int>(r.op), r.size_bytes}];
+      ++a.count;
+      a.lat += r.latency_ms;
+      a.alg += r.algbw_gbps;
+      a.bus += r.busbw_gbps;
+    }
+  }
+  std::ostringstream os;
+  os << "Comm. Op            Message Size        Count    Total Latency(ms)  Avg Latency(ms)  tput_avg (Gbps)  busbw_avg (Gbps)\n";
+  int last_op = -1;
+  char line[256];
+  for (const auto& [k, a] : agg) {
+    const char* name = k.first != last_op ? OpTypeName(static_cast<OpType>(k.first)) : "";
+    last_op = k.first;
+    std::snprintf(line, sizeof(line), "%-19s %-19s %-8lld %-18.3f %-16.3f %-16.2f %-16.2f\n", name,
+                  FormatBytes(static_cast<double>(k.second)).c_str(), static_cast<long long>(a.count), a.lat,
+                  a.lat / a.count, a.alg / a.count * 8, a.bus / a.count * 8);
+    os << line;
+  }
+  return os.str();
+}
+
+// ---- public collectives: every one is a Submit -----------------------------------------------------
+
+Work Communicator::AllReduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  OpDesc d;
+  d.op = OpType::kAllReduce;
+  d.send = send;
+  d.recv = recv;
+  d.count = count;
+  d.dtype = dtype;
+  d.reduce = op;
+  return Submit(std::move(d));
+}
+
+Work Communicator::ReduceScatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) {
+  OpDesc d;
+  d.op = OpType::kReduceScatter;
+  d.send = send;
+  d.recv = recv;
+  d.count = recv_count;
+  d.dtype = dtype;
+  d.reduce = op;
+  return Submit(std::move(d));
+}
+
+Work Communicator::AllGather(const void* send, void* recv, size_t send_count, DType dtype) {
+  OpDesc d;
+  d.op = OpType::kAllGather;
+  d.send = send;
+  d.recv = recv;
+  d.count = send_count;
+  d.dtype = dtype;
+  return Submit(std::move(d));
+}
+
+Work Communicator::Broadcast(void* buf, size_t count, DType dtype, int root) {
+  OpDesc d;
+  d.op = OpType::kBroadcast;
+  d.send = buf;
+  d.recv = buf;
+  d.count = count;
+  d.dtype = dtype;
+  d.root = root;
+  return Submit(std::move(d));
+}
+
+Work Communicator::Reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) {
+  OpDesc d;
+  d.op = OpType::kReduce;
+  d.send = send;
+  d.recv = rank_ == root ? recv : nullptr;
+  d.count = count;
+  d.dtype = dtype;
+  d.reduce = op;
+  d.root = root;
+  return Submit(std::move(d));
+}
+
+Work Communicator::Barrier() {
+  OpDesc d;
+  d.op = OpType::kBarrier;
+  d.dtype = DType::kI32;
+  return Submit(std::move(d));
+}
+
+Work Communicator::Send(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  OpDesc d;
+  d.op = OpType::kSend;
+  d.send = buf;
+  d.count = count;
+  d.dtype = dtype;
+  d.root = peer;
+  d.tag = tag;
+  return Submit(std::move(d));
+}
+
+Work Communicator::Recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  OpDesc d;
+  d.op = OpType::kRecv;
+  d.recv = buf;
+  d.count = count;
+  d.dtype = dtype;
+  d.root = peer;
+  d.tag = tag;
+  return Submit(std::move(d));
+}
+
+namespace {
+void CheckTensor(const Tensor& t, Device dev, const char* what) {
+  if (!t.defined()) ZR_THROW(InvalidArgument, "{}: undefined tensor", what);
+  if (!(t.device() == dev)) {
+    ZR_THROW(InvalidArgument, "{}: tensor on {} but the communicator works on {}", what, t.device().ToString(),
+             dev.ToString());
+  }
+}
+}  // namespace
+
+Work Communicator::AllReduce(const Tensor& t, ReduceOp op) {
+  CheckTensor(t, device(), "AllReduce");
+  return AllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()), t.dtype(), op);
+}
+
+Work Communicator::ReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  CheckTensor(in, device(), "ReduceScatter");
+  CheckTensor(out, device(), "ReduceScatter");
+  if (in.dtype() != out.dtype() || in.numel() != out.numel() * size_) {
+    ZR_THROW(InvalidArgument, "ReduceScatter: input {} must hold size ({}) x output {}", in.ToString(), size_,
+             out.ToString());
+  }
+  return ReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()), out.dtype(), op);
+}
+
+Work Communicator::AllGather(const Tensor& in, const Tensor& out) {
+  CheckTensor(in, device(), "AllGather");
+  CheckTensor(out, device(), "AllGather");
+  if (in.dtype() != out.dtype() || out.numel() != in.numel() * size_) {
+    ZR_THROW(InvalidArgument, "AllGather: output {} must hold size ({}) x input {}", out.ToString(), size_,
+             in.ToString());
+  }
+  return AllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), in.dtype());
+}
+
+Work Communicator::Broadcast(const Tensor& t, int root) {
+  CheckTensor(t, device(), "Broadcast");
+  return Broadcast(t.data(), static_cast<size_t>(t.numel()), t.dtype(), root);
+}
+
+std::unique_ptr<Communicator> Communicator::Split(int color, int key) {
+  // Everyone shares (color, key); members of one color are ordered by (key, old rank).
+  std::vector<int64_t> mine = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+  AllGather(mine.data(), all.data(), 2, DType::kI64).Wait();
+  int split_id = ++split_count_;
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int64_t, int>> order;
+  for (int r = 0; r < size_; ++r) {
+    if (all[2 * static_cast<size_t>(r)] == color) order.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<int> members;
+  int new_rank = -1;
+  for (const auto& [k, r] : order) {
+    if (r == rank_) new_rank = static_cast<int>(members.size());
+    members.push_back(r);
+  }
+  ZR_CHECK(new_rank >= 0);
+  std::string new_name = Format("{}/s{}c{}", name_, split_id, color);
+  auto sub = CreateSubgroup(new_name, members, new_rank);
+  std::vector<std::string> hosts;
+  for (int r : members) hosts.push_back(hosts_[static_cast<size_t>(r)]);
+  sub->set_hosts(std::move(hosts));
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    sub->logger_ = logger_;
+  }
+  return sub;
+}
+
+}  // namespace zerorun::comm

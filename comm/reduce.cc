@@ -1,0 +1,138 @@
+// Reduction kernels: plain loops the compiler vectorises for fp32/fp64/int; 16-bit types go through
+// fp32 in blocks with core's bulk converters (F16C when present).
+#include "zerorun/comm/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "zerorun/core/error.h"
+
+namespace zerorun::comm {
+
+namespace {
+
+constexpr size_t kBlock = 2048;
+
+template <typename T>
+void ReduceTyped(T* out, const T* a, const T* b, size_t n, ReduceOp op, int divisor) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      break;
+    case ReduceOp::kMax:
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
+      break;
+    case ReduceOp::kMin:
+      for (size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+  }
+  if (op == ReduceOp::kAvg && divisor > 0) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(out[i] / static_cast<T>(divisor));
+  }
+}
+
+void ToF32(const void* in, DType t, float* out, size_t n) {
+  if (t == DType::kF16) {
+    ConvertF16ToF32(static_cast<const uint16_t*>(in), out, n);
+  } else {
+    ConvertBF16ToF32(static_cast<const uint16_t*>(in), out, n);
+  }
+}
+
+void FromF32(const float* in, DType t, void* out, size_t n) {
+  if (t == DType::kF16) {
+    ConvertF32ToF16(in, static_cast<uint16_t*>(out), n);
+  } else {
+    ConvertF32ToBF16(in, static_cast<uint16_t*>(out), n);
+  }
+}
+
+void ScaleAvg(float* x, size_t n, ReduceOp op, int divisor) {
+  if (op != ReduceOp::kAvg || divisor <= 0) return;
+  const float d = static_cast<float>(divisor);
+  for (size_t i = 0; i < n; ++i) x[i] /= d;
+}
+
+}  // namespace
+
+DType AccumType(DType t) { return Is16Bit(t) ? DType::kF32 : t; }
+
+void ReduceBuffers(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op, int divisor) {
+  switch (dtype) {
+    case DType::kF32:
+      ReduceTyped(static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n, op, divisor);
+      return;
+    case DType::kF64:
+      ReduceTyped(static_cast<double*>(out), static_cast<const double*>(a), static_cast<const double*>(b), n, op, divisor);
+      return;
+    case DType::kI32:
+      ReduceTyped(static_cast<int32_t*>(out), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n, op, divisor);
+      return;
+    case DType::kI64:
+      ReduceTyped(static_cast<int64_t*>(out), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n, op, divisor);
+      return;
+    case DType::kF16:
+    case DType::kBF16: {
+      float fa[kBlock], fb[kBlock];
+      for (size_t i = 0; i < n; i += kBlock) {
+        size_t m = std::min(kBlock, n - i);
+        ToF32(static_cast<const uint16_t*>(a) + i, dtype, fa, m);
+        ToF32(static_cast<const uint16_t*>(b) + i, dtype, fb, m);
+        ReduceTyped(fa, fa, fb, m, op, 0);
+        ScaleAvg(fa, m, op, divisor);
+        FromF32(fa, dtype, static_cast<uint16_t*>(out) + i, m);
+      }
+      return;
+    }
+    default:
+      ZR_THROW(InvalidArgument, "reduction over dtype {} is not supported", DTypeName(dtype));
+  }
+}
+
+void ReduceIntoAccum(void* out_acc, const void* a_acc, const void* b, size_t n, DType dtype, ReduceOp op) {
+  if (!Is16Bit(dtype)) {
+    ReduceBuffers(out_acc, a_acc, b, n, dtype, op, 0);
+    return;
+  }
+  float fb[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    size_t m = std::min(kBlock, n - i);
+    ToF32(static_cast<const uint16_t*>(b) + i, dtype, fb, m);
+    ReduceTyped(static_cast<float*>(out_acc) + i, static_cast<const float*>(a_acc) + i, fb, m, op, 0);
+  }
+}
+
+void FinishFromAccum(void* out, const void* in_acc, size_t n, DType dtype, ReduceOp op, int divisor) {
+  if (!Is16Bit(dtype)) {
+    if (out != in_acc) std::memmove(out, in_acc, n * DTypeSize(dtype));
+    if (op == ReduceOp::kAvg && divisor > 0) {
+      switch (dtype) {
+        case DType::kF32: for (size_t i = 0; i < n; ++i) static_cast<float*>(out)[i] /= static_cast<float>(divisor); break;
+        case DType::kF64: for (size_t i = 0; i < n; ++i) static_cast<double*>(out)[i] /= divisor; break;
+        case DType::kI32: for (size_t i = 0; i < n; ++i) static_cast<int32_t*>(out)[i] /= divisor; break;
+        case DType::kI64: for (size_t i = 0; i < n; ++i) static_cast<int64_t*>(out)[i] /= divisor; break;
+        default: break;
+      }
+    }
+    return;
+  }
+  float f[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    size_t m = std::min(kBlock, n - i);
+    std::memcpy(f, static_cast<const float*>(in_acc) + i, m * sizeof(float));
+    ScaleAvg(f, m, op, divisor);
+    FromF32(f, dtype, static_cast<uint16_t*>(out) + i, m);
+  }
+}
+
+void ToAccum(void* out_acc, const void* in, size_t n, DType dtype) {
+  if (!Is16Bit(dtype)) {
+    if (out_acc != in) std::memmove(out_acc, in, n * DTypeSize(dtype));
+    return;
+  }
+  ToF32(in, dtype, static_cast<float*>(out_acc), n);
+}
+
+}  // namespace zerorun::comm
