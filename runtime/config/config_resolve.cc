@@ -1,0 +1,368 @@
+// After reading: the batch triple is resolved exactly as DeepSpeed's _set_batch_related_parameters
+// (floor divisions in its order, then its four assertions with its messages), "auto" values are derived
+// where possible, stage-dependent defaults are filled in, and the cross-field rules are checked.
+// Every derived value records how it was derived.
+#include <cstdint>
+#include <optional>
+#include <set>
+
+#include "zerorun/runtime/config/config_loader.h"
+#include "zerorun/runtime/config/config_visitor.h"
+
+namespace zerorun::runtime::config_detail {
+namespace {
+
+using Kind = Provenance::Kind;
+
+bool IsAuto(const Collected& out, const std::string& path) { return out.auto_paths.count(path) > 0; }
+
+void Derive(Collected& out, const std::string& path, std::string how) {
+  if (IsAuto(out, path)) out.provenance[path] = {Kind::kAuto, "\"auto\" → " + how};
+  else out.provenance[path] = {Kind::kDerived, std::move(how)};
+}
+
+// Python's floor division (DeepSpeed's `//`).
+int64_t FloorDiv(int64_t a, int64_t b) {
+  if (b == -1) return a == INT64_MIN ? INT64_MAX : -a;
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+// a × b × c, or nullopt on overflow.
+std::optional<int64_t> Mul3(int64_t a, int64_t b, int64_t c) {
+  int64_t ab = 0, abc = 0;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) return std::nullopt;
+  return abc;
+}
+
+void ResolveBatch(BatchConfig& b, int w, Collected& out) {
+  auto& tbs = b.train_batch_size;
+  auto& mbs = b.train_micro_batch_size_per_gpu;
+  auto& gas = b.gradient_accumulation_steps;
+  b.world_size = w;
+  // A zero divisor fails the same assertion DeepSpeed's ZeroDivisionError would precede.
+  if (tbs && mbs && !gas && *mbs == 0) {
+    out.Error("train_micro_batch_size_per_gpu", "Micro batch size per gpu: 0 has to be greater than 0");
+    return;
+  }
+  if (tbs && gas && !mbs && *gas == 0) {
+    out.Error("gradient_accumulation_steps", "Gradient accumulation steps: 0 has to be greater than 0");
+    return;
+  }
+  auto too_large = [&](const char* key) { out.Error(key, "the batch arithmetic overflows a 64-bit integer"); };
+  if (tbs && mbs && gas) {
+    // all given: nothing derived
+  } else if (tbs && mbs) {
+    gas = FloorDiv(FloorDiv(*tbs, *mbs), w);
+    Derive(out, "gradient_accumulation_steps",
+           Format("(train_batch_size // train_micro_batch_size_per_gpu) // world = ({} // {}) // {}", *tbs, *mbs, w));
+  } else if (tbs && gas) {
+    mbs = FloorDiv(FloorDiv(*tbs, w), *gas);
+    Derive(out, "train_micro_batch_size_per_gpu",
+           Format("(train_batch_size // world) // gradient_accumulation_steps = ({} // {}) // {}", *tbs, w, *gas));
+  } else if (mbs && gas) {
+    const auto t = Mul3(*mbs, *gas, w);
+    if (!t) return too_large("train_batch_size");
+    tbs = *t;
+    Derive(out, "train_batch_size",
+           Format("micro × accumulation × world = {} × {} × {}", *mbs, *gas, w));
+  } else if (tbs) {
+    gas = 1;
+    mbs = FloorDiv(*tbs, w);
+    Derive(out, "gradient_accumulation_steps", "1 (only train_batch_size given)");
+    Derive(out, "train_micro_batch_size_per_gpu", Format("train_batch_size // world = {} // {}", *tbs, w));
+  } else if (mbs) {
+    gas = 1;
+    const auto t = Mul3(*mbs, 1, w);
+    if (!t) return too_large("train_batch_size");
+    tbs = *t;
+    Derive(out, "gradient_accumulation_steps", "1 (only train_micro_batch_size_per_gpu given)");
+    Derive(out, "train_batch_size", Format("micro × world = {} × {}", *mbs, w));
+  } else {
+    out.Error("train_batch_size", "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    return;
+  }
+  if (*tbs <= 0) {
+    out.Error("train_batch_size", Format("Train batch size: {} has to be greater than 0", *tbs));
+  } else if (*mbs <= 0) {
+    out.Error("train_micro_batch_size_per_gpu", Format("Micro batch size per gpu: {} has to be greater than 0", *mbs));
+  } else if (*gas <= 0) {
+    out.Error("gradient_accumulation_steps", Format("Gradient accumulation steps: {} has to be greater than 0", *gas));
+  } else if (Mul3(*mbs, *gas, w) != tbs) {
+    out.Error("train_batch_size",
+              Format("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+                     "gradient_acc_step * world_size {} != {} * {} * {}",
+                     *tbs, *mbs, *gas, w));
+  }
+}
+
+// HF Trainer's rules for the ZeRO "auto" bucket sizes from the model's hidden size.
+void ResolveAutoBuckets(ZeroConfig& z, int64_t hidden, Collected& out) {
+  if (hidden > 3'000'000'000LL) hidden = 0;  // nonsense; refuse rather than overflow
+  struct Item {
+    const char* path;
+    int64_t* value;
+    int64_t derived;
+    const char* rule;
+  };
+  const Item items[] = {
+      {"zero_optimization.reduce_bucket_size", &z.reduce_bucket_size, hidden * hidden, "hidden_size²"},
+      {"zero_optimization.prefetch_bucket_size", &z.prefetch_bucket_size,
+       static_cast<int64_t>(0.9 * static_cast<double>(hidden) * static_cast<double>(hidden)), "0.9 × hidden_size²"},
+      {"zero_optimization.param_persistence_threshold", &z.param_persistence_threshold, 10 * hidden,
+       "10 × hidden_size"},
+  };
+  for (const Item& it : items) {
+    if (!IsAuto(out, it.path)) continue;
+    if (hidden <= 0) {
+      out.Error(it.path, Format("\"auto\" needs the model's hidden size to be resolved ({}); give it "
+                                "(LoadOptions::hidden_size, zerorun-config --hidden-size) or write a number",
+                                it.rule));
+      continue;
+    }
+    *it.value = it.derived;
+    out.provenance[it.path] = {Kind::kAuto, Format("\"auto\" → {} with hidden_size {}", it.rule, hidden)};
+  }
+}
+
+DType ModelDType(const ConfigBody& c) {
+  if (c.fp16.enabled) return DType::kF16;
+  if (c.bf16.enabled) return DType::kBF16;
+  return DType::kF32;
+}
+
+void CheckOptimizer(ConfigBody& c, Collected& out) {
+  const OptimizerConfig& o = c.optimizer;
+  const ZeroConfig& z = c.zero_optimization;
+  if ((o.type == OptimizerType::kAdam || o.type == OptimizerType::kAdamW) && o.adam.amsgrad) {
+    out.Error("optimizer.params.amsgrad", "expected false (FusedAdam does not support the AMSGrad variant); found true");
+  }
+  if (o.type == OptimizerType::kSgd && o.sgd.nesterov && (o.sgd.momentum <= 0 || o.sgd.dampening != 0)) {
+    out.Error("optimizer.params.nesterov",
+              Format("Nesterov momentum requires a momentum and zero dampening; found momentum {}, dampening {}",
+                     FormatDouble(o.sgd.momentum), FormatDouble(o.sgd.dampening)));
+  }
+  if (o.type == OptimizerType::kLamb && c.fp16.loss_scale != 0) {
+    out.Error("fp16.loss_scale", Format("DeepSpeed lamb optimizer requires dynamic loss scaling: expected 0; found {}",
+                                        FormatDouble(c.fp16.loss_scale)));
+  }
+  const bool zero_on = z.stage != ZeroStage::kDisabled;
+  if (zero_on && (o.type == OptimizerType::kLamb || o.type == OptimizerType::kSgd) &&
+      !c.zero_allow_untested_optimizer) {
+    out.Error("optimizer.type",
+              Format("You are using an untested ZeRO Optimizer ({}). Please add <\"zero_allow_untested_optimizer\": "
+                     "true> in the configuration file to use it.",
+                     OptimizerTypeName(o.type)));
+  }
+  if (z.OptimizerOffload() != OffloadDevice::kNone && o.type != OptimizerType::kNone &&
+      o.type != OptimizerType::kAdam && o.type != OptimizerType::kAdamW && o.type != OptimizerType::kAdagrad &&
+      o.type != OptimizerType::kLion) {
+    out.Error("zero_optimization.offload_optimizer.device",
+              Format("optimizer offload supports Adam, AdamW, Adagrad and Lion (the CPU optimizers); found optimizer {}",
+                     OptimizerTypeName(o.type)));
+  }
+}
+
+void CheckScheduler(ConfigBody& c, Collected& out) {
+  SchedulerConfig& s = c.scheduler;
+  const std::string p = "scheduler.params.";
+  switch (s.type) {
+    case SchedulerType::kWarmupDecayLR:
+      if (!s.warmup_decay_lr.total_num_steps) {
+        out.Error(p + "total_num_steps", "required by WarmupDecayLR; missing");
+      } else if (*s.warmup_decay_lr.total_num_steps < s.warmup_decay_lr.warmup_num_steps) {
+        out.Warn(p + "total_num_steps",
+                 Format("total_num_steps {} is less than warmup_num_steps {}", *s.warmup_decay_lr.total_num_steps,
+                        s.warmup_decay_lr.warmup_num_steps));
+      }
+      break;
+    case SchedulerType::kWarmupCosineLR:
+      if (!s.warmup_cosine_lr.total_num_steps) out.Error(p + "total_num_steps", "required by WarmupCosineLR; missing");
+      break;
+    case SchedulerType::kOneCycle:
+      if (!s.one_cycle.cycle_min_lr) out.Error(p + "cycle_min_lr", "required by OneCycle; missing");
+      if (!s.one_cycle.cycle_max_lr) out.Error(p + "cycle_max_lr", "required by OneCycle; missing");
+      if (s.one_cycle.cycle_momentum &&
+          (c.optimizer.type == OptimizerType::kSgd || c.optimizer.type == OptimizerType::kAdagrad)) {
+        out.Warn(p + "cycle_momentum",
+                 Format("optimizer {} has no betas: momentum cycling is disabled", OptimizerTypeName(c.optimizer.type)));
+        s.one_cycle.cycle_momentum = false;
+        out.provenance[p + "cycle_momentum"] = {Kind::kDerived, "false: the optimizer has no betas"};
+      }
+      break;
+    default: break;
+  }
+}
+
+void CheckPrecision(ConfigBody& c, Collected& out) {
+  const ZeroConfig& z = c.zero_optimization;
+  const int stage = z.StageNumber();
+  if (c.fp16.enabled && c.bf16.enabled) {
+    out.Error("bf16.enabled", "bfloat16 and fp16 modes cannot be simultaneously enabled (fp16.enabled is true too)");
+  }
+  if (c.amp.enabled) {
+    out.Error("amp.enabled", "apex AMP is not supported by zerorun; use \"fp16\" or \"bf16\" instead");
+  }
+  if (c.fp16.DynamicLossScale()) {
+    if (c.fp16.loss_scale_window <= 0) {
+      out.Error("fp16.loss_scale_window",
+                Format("expected an integer > 0 with dynamic loss scaling; found {}", c.fp16.loss_scale_window));
+    }
+    if (c.fp16.min_loss_scale <= 0) {
+      out.Error("fp16.min_loss_scale",
+                Format("expected an integer > 0 with dynamic loss scaling; found {}", c.fp16.min_loss_scale));
+    }
+  }
+  if (c.fp16.fp16_master_weights_and_grads) {
+    if (stage == 0) {
+      out.Error("fp16.fp16_master_weights_and_grads", "requires ZeRO stage 1, 2 or 3; found stage 0");
+    } else if (stage < 3 && z.OptimizerOffload() != OffloadDevice::kCpu) {
+      out.Error("fp16.fp16_master_weights_and_grads",
+                "with ZeRO stage 1/2 requires zero_optimization.offload_optimizer.device \"cpu\" (CPU Adam)");
+    }
+  }
+  if (c.bf16.bf16_optimizer_states && !c.bf16.bf16_master_weights_and_grads) {
+    out.Error("bf16.bf16_optimizer_states", "requires bf16.bf16_master_weights_and_grads true");
+  }
+  if (c.bf16.bf16_master_weights_and_grads) {
+    if (stage == 0) {
+      out.Error("bf16.bf16_master_weights_and_grads", "requires ZeRO stage 1, 2 or 3; found stage 0");
+    } else if (stage < 3 && !c.bf16.bf16_optimizer_states && z.OptimizerOffload() != OffloadDevice::kCpu) {
+      out.Error("bf16.bf16_master_weights_and_grads",
+                "with ZeRO stage 1/2 (without bf16_optimizer_states) requires offload_optimizer.device \"cpu\"");
+    }
+  }
+  const DType model = ModelDType(c);
+  if (c.data_types.param_dtype && *c.data_types.param_dtype != model) {
+    out.Error("data_types.param_dtype", Format("must equal the training dtype {} (from fp16/bf16.enabled); found {}",
+                                               DTypeName(model), DTypeName(*c.data_types.param_dtype)));
+  }
+  const DType accum = c.data_types.grad_accum_dtype.value_or(model);
+  if (stage == 0 && accum != model) {
+    out.Error("data_types.grad_accum_dtype",
+              Format("unsupported mix of model_dtype={} and grad_accum_dtype={} without ZeRO (stage 0)",
+                     DTypeName(model), DTypeName(accum)));
+  }
+  if (!c.communication_data_type) {
+    c.communication_data_type = model;
+    out.provenance["communication_data_type"] = {Kind::kDerived, Format("null → the model dtype {}", DTypeName(model))};
+  }
+}
+
+void CheckOffload(ConfigBody& c, Collected& out) {
+  ZeroConfig& z = c.zero_optimization;
+  const int stage = z.StageNumber();
+  if (z.offload_optimizer) {
+    const OffloadOptimizerConfig& o = *z.offload_optimizer;
+    const std::string p = "zero_optimization.offload_optimizer.";
+    if (o.device == OffloadDevice::kNvme && !o.nvme_path) {
+      out.Error(p + "nvme_path", "required when device is \"nvme\"; missing");
+    }
+    if (o.device != OffloadDevice::kNone && stage == 0) {
+      out.Error(p + "device", Format("optimizer offload requires ZeRO stage 1, 2 or 3; found stage 0 (device \"{}\")",
+                                     OffloadDeviceName(o.device)));
+    }
+    if (o.device == OffloadDevice::kNvme && stage != 3 && stage != 0) {
+      out.Error(p + "device", Format("NVMe optimizer offload requires ZeRO stage 3; found stage {}", stage));
+    }
+    if (o.ratio < 1.0 && stage != 3) {
+      out.Error(p + "ratio", Format("Partial offloading only supported for ZeRO Stage 3; found ratio {} at stage {}",
+                                    FormatDouble(o.ratio), stage));
+    }
+    if (o.device != OffloadDevice::kNone && (stage == 1 || stage == 2) && !z.contiguous_gradients) {
+      z.contiguous_gradients = true;
+      out.provenance["zero_optimization.contiguous_gradients"] = {Kind::kDerived,
+                                                                  "forced true by optimizer offload at stage 1/2"};
+    }
+  }
+  if (z.offload_param) {
+    const OffloadParamConfig& o = *z.offload_param;
+    const std::string p = "zero_optimization.offload_param.";
+    if (o.device == OffloadDevice::kNvme && !o.nvme_path) {
+      out.Error(p + "nvme_path", "required when device is \"nvme\"; missing");
+    }
+    if (o.device != OffloadDevice::kNone && stage != 3) {
+      out.Error(p + "device", Format("parameter offload requires ZeRO stage 3; found stage {} (device \"{}\")", stage,
+                                     OffloadDeviceName(o.device)));
+    }
+  }
+}
+
+void CheckZero(ConfigBody& c, Collected& out) {
+  ZeroConfig& z = c.zero_optimization;
+  const int stage = z.StageNumber();
+  if (!z.overlap_comm) {
+    z.overlap_comm = stage == 3;
+    out.provenance["zero_optimization.overlap_comm"] = {
+        Kind::kDerived, Format("null → {} (true only for stage 3)", stage == 3 ? "true" : "false")};
+  }
+  if (z.legacy_stage1) {
+    out.Error("zero_optimization.legacy_stage1",
+              "legacy_stage1 was removed from DeepSpeed (>= 0.5.9) and is not supported; remove it");
+  }
+  if ((stage == 1 || stage == 2) && z.allgather_bucket_size % 2 != 0) {
+    out.Error("zero_optimization.allgather_bucket_size",
+              Format("allgather_bucket_size must be a multiple of nccl_start_alignment_factor (2); found {}",
+                     z.allgather_bucket_size));
+  }
+  if (z.allgather_sequential && stage == 3 && z.prefetch_bucket_size != 1) {
+    z.prefetch_bucket_size = 1;
+    out.provenance["zero_optimization.prefetch_bucket_size"] = {Kind::kDerived, "1: forced by allgather_sequential"};
+  }
+  if (c.gradient_allreduce_op == AllReduceOp::kSum && stage == 3) {
+    out.Error("gradient_allreduce_op", "gradient_allreduce_op \"sum\" is not supported with ZeRO stage 3");
+  }
+  if (!c.batch.managed_gradient_accumulation && stage <= 1 && *z.overlap_comm) {
+    out.Error("managed_gradient_accumulation",
+              Format("false (unmanaged accumulation) is incompatible with zero_optimization.overlap_comm at stage {}",
+                     stage));
+  }
+}
+
+void CheckMisc(ConfigBody& c, Collected& out) {
+  if (c.flops_profiler.enabled && !c.wall_clock_breakdown) {
+    c.wall_clock_breakdown = true;
+    out.provenance["wall_clock_breakdown"] = {Kind::kDerived, "forced true by flops_profiler.enabled"};
+  }
+  if (c.log_level) {
+    static const std::set<std::string> kLevels = {"debug", "info", "warning", "warn", "error", "critical", "fatal"};
+    std::string l = *c.log_level;
+    for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (!kLevels.count(l)) {
+      out.Error("log_level",
+                Format("expected one of \"debug\", \"info\", \"warning\", \"error\", \"critical\"; found \"{}\"",
+                       *c.log_level));
+    }
+  }
+  if (c.vocabulary_size && *c.vocabulary_size % 8 != 0) {
+    out.Warn("vocabulary_size", Format("{} is not a multiple of 8 (slower matrix multiplies)", *c.vocabulary_size));
+  }
+  if (c.elasticity.enabled) {
+    out.Error("elasticity.enabled", "elastic training is not supported by zerorun; set it false or remove the section");
+  }
+  if (c.activation_checkpointing.contiguous_memory_optimization && !c.activation_checkpointing.number_checkpoints) {
+    out.Error("activation_checkpointing.number_checkpoints",
+              "required when contiguous_memory_optimization is true; missing");
+  }
+  if (c.checkpoint.writer) {
+    const std::string& t = c.checkpoint.writer->type;
+    if (t != "mock" && t != "python" && t != "fast" && t != "MOCK" && t != "PYTHON" && t != "FAST") {
+      out.Error("checkpoint.writer.type", Format("expected one of \"mock\", \"python\", \"fast\"; found \"{}\"", t));
+    }
+  }
+}
+
+}  // namespace
+
+void ResolveAndValidate(ConfigBody& c, int world_size, int64_t hidden_size, Collected& out) {
+  ResolveBatch(c.batch, world_size, out);
+  ResolveAutoBuckets(c.zero_optimization, hidden_size, out);
+  CheckZero(c, out);
+  CheckOffload(c, out);
+  CheckPrecision(c, out);
+  CheckOptimizer(c, out);
+  CheckScheduler(c, out);
+  CheckMisc(c, out);
+}
+
+}  // namespace zerorun::runtime::config_detail
