@@ -21,7 +21,8 @@ std::string BinDir() {
 }
 
 fs::path SourceDir() {
-  // tests/config/<this file> → the repository root
+  // The build tree links include/zerorun to the source root.
+  if (const char* d = std::getenv("ZERORUN_TEST_BINARY_DIR")) return fs::canonical(fs::path(d) / "include" / "zerorun");
   return fs::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
