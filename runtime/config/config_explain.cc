@@ -210,16 +210,16 @@ std::string ExplainConfig(const Config& c) {
   }
 
   os << "\nOptimizer\n";
-  if (c.optimizer.type == OptimizerType::kNone) {
+  if (c.optimizer.type == OptimizerKind::kNone) {
     os << "  none in the config (the program supplies one)\n";
   } else {
-    os << Format("  {}{}, lr {}\n", OptimizerTypeName(c.optimizer.type),
-                 c.optimizer.type == OptimizerType::kAdam ? (c.optimizer.AdamWMode() ? " (AdamW mode: decoupled weight decay)"
+    os << Format("  {}{}, lr {}\n", OptimizerKindName(c.optimizer.type),
+                 c.optimizer.type == OptimizerKind::kAdam ? (c.optimizer.AdamWMode() ? " (AdamW mode: decoupled weight decay)"
                                                                                      : " (L2 weight decay)")
                                                           : "",
                  config_detail::FormatDouble(c.optimizer.Lr()));
   }
-  os << Format("  scheduler: {}\n", c.scheduler.type == SchedulerType::kNone ? "none" : SchedulerTypeName(c.scheduler.type));
+  os << Format("  scheduler: {}\n", c.scheduler.type == SchedulerKind::kNone ? "none" : SchedulerKindName(c.scheduler.type));
 
   os << "\nFeatures on\n";
   std::vector<std::string> on;

@@ -134,32 +134,32 @@ DType ModelDType(const ConfigBody& c) {
 void CheckOptimizer(ConfigBody& c, Collected& out) {
   const OptimizerConfig& o = c.optimizer;
   const ZeroConfig& z = c.zero_optimization;
-  if ((o.type == OptimizerType::kAdam || o.type == OptimizerType::kAdamW) && o.adam.amsgrad) {
+  if ((o.type == OptimizerKind::kAdam || o.type == OptimizerKind::kAdamW) && o.adam.amsgrad) {
     out.Error("optimizer.params.amsgrad", "expected false (FusedAdam does not support the AMSGrad variant); found true");
   }
-  if (o.type == OptimizerType::kSgd && o.sgd.nesterov && (o.sgd.momentum <= 0 || o.sgd.dampening != 0)) {
+  if (o.type == OptimizerKind::kSgd && o.sgd.nesterov && (o.sgd.momentum <= 0 || o.sgd.dampening != 0)) {
     out.Error("optimizer.params.nesterov",
               Format("Nesterov momentum requires a momentum and zero dampening; found momentum {}, dampening {}",
                      FormatDouble(o.sgd.momentum), FormatDouble(o.sgd.dampening)));
   }
-  if (o.type == OptimizerType::kLamb && c.fp16.loss_scale != 0) {
+  if (o.type == OptimizerKind::kLamb && c.fp16.loss_scale != 0) {
     out.Error("fp16.loss_scale", Format("DeepSpeed lamb optimizer requires dynamic loss scaling: expected 0; found {}",
                                         FormatDouble(c.fp16.loss_scale)));
   }
   const bool zero_on = z.stage != ZeroStage::kDisabled;
-  if (zero_on && (o.type == OptimizerType::kLamb || o.type == OptimizerType::kSgd) &&
+  if (zero_on && (o.type == OptimizerKind::kLamb || o.type == OptimizerKind::kSgd) &&
       !c.zero_allow_untested_optimizer) {
     out.Error("optimizer.type",
               Format("You are using an untested ZeRO Optimizer ({}). Please add <\"zero_allow_untested_optimizer\": "
                      "true> in the configuration file to use it.",
-                     OptimizerTypeName(o.type)));
+                     OptimizerKindName(o.type)));
   }
-  if (z.OptimizerOffload() != OffloadDevice::kNone && o.type != OptimizerType::kNone &&
-      o.type != OptimizerType::kAdam && o.type != OptimizerType::kAdamW && o.type != OptimizerType::kAdagrad &&
-      o.type != OptimizerType::kLion) {
+  if (z.OptimizerOffload() != OffloadDevice::kNone && o.type != OptimizerKind::kNone &&
+      o.type != OptimizerKind::kAdam && o.type != OptimizerKind::kAdamW && o.type != OptimizerKind::kAdagrad &&
+      o.type != OptimizerKind::kLion) {
     out.Error("zero_optimization.offload_optimizer.device",
               Format("optimizer offload supports Adam, AdamW, Adagrad and Lion (the CPU optimizers); found optimizer {}",
-                     OptimizerTypeName(o.type)));
+                     OptimizerKindName(o.type)));
   }
 }
 
@@ -167,7 +167,7 @@ void CheckScheduler(ConfigBody& c, Collected& out) {
   SchedulerConfig& s = c.scheduler;
   const std::string p = "scheduler.params.";
   switch (s.type) {
-    case SchedulerType::kWarmupDecayLR:
+    case SchedulerKind::kWarmupDecayLR:
       if (!s.warmup_decay_lr.total_num_steps) {
         out.Error(p + "total_num_steps", "required by WarmupDecayLR; missing");
       } else if (*s.warmup_decay_lr.total_num_steps < s.warmup_decay_lr.warmup_num_steps) {
@@ -176,16 +176,16 @@ void CheckScheduler(ConfigBody& c, Collected& out) {
                         s.warmup_decay_lr.warmup_num_steps));
       }
       break;
-    case SchedulerType::kWarmupCosineLR:
+    case SchedulerKind::kWarmupCosineLR:
       if (!s.warmup_cosine_lr.total_num_steps) out.Error(p + "total_num_steps", "required by WarmupCosineLR; missing");
       break;
-    case SchedulerType::kOneCycle:
+    case SchedulerKind::kOneCycle:
       if (!s.one_cycle.cycle_min_lr) out.Error(p + "cycle_min_lr", "required by OneCycle; missing");
       if (!s.one_cycle.cycle_max_lr) out.Error(p + "cycle_max_lr", "required by OneCycle; missing");
       if (s.one_cycle.cycle_momentum &&
-          (c.optimizer.type == OptimizerType::kSgd || c.optimizer.type == OptimizerType::kAdagrad)) {
+          (c.optimizer.type == OptimizerKind::kSgd || c.optimizer.type == OptimizerKind::kAdagrad)) {
         out.Warn(p + "cycle_momentum",
-                 Format("optimizer {} has no betas: momentum cycling is disabled", OptimizerTypeName(c.optimizer.type)));
+                 Format("optimizer {} has no betas: momentum cycling is disabled", OptimizerKindName(c.optimizer.type)));
         s.one_cycle.cycle_momentum = false;
         out.provenance[p + "cycle_momentum"] = {Kind::kDerived, "false: the optimizer has no betas"};
       }

@@ -8,23 +8,23 @@ namespace {
 
 const EnumSpec& OptimizerEnum() {
   static const EnumSpec spec{
-      {{"Adam", int(OptimizerType::kAdam)},
-       {"AdamW", int(OptimizerType::kAdamW)},
-       {"Lamb", int(OptimizerType::kLamb)},
-       {"Lion", int(OptimizerType::kLion)},
-       {"SGD", int(OptimizerType::kSgd)},
-       {"Adagrad", int(OptimizerType::kAdagrad)}},
+      {{"Adam", int(OptimizerKind::kAdam)},
+       {"AdamW", int(OptimizerKind::kAdamW)},
+       {"Lamb", int(OptimizerKind::kLamb)},
+       {"Lion", int(OptimizerKind::kLion)},
+       {"SGD", int(OptimizerKind::kSgd)},
+       {"Adagrad", int(OptimizerKind::kAdagrad)}},
       true,
       {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "MuAdam", "MuAdamW", "MuSGD", "Muon", "RMSprop", "Adamax",
        "Adadelta", "NAdam", "RAdam", "ASGD", "Rprop", "SparseAdam", "LBFGS"}};
   return spec;
 }
 const EnumSpec& SchedulerEnum() {
-  static const EnumSpec spec{{{"WarmupLR", int(SchedulerType::kWarmupLR)},
-                              {"WarmupDecayLR", int(SchedulerType::kWarmupDecayLR)},
-                              {"WarmupCosineLR", int(SchedulerType::kWarmupCosineLR)},
-                              {"OneCycle", int(SchedulerType::kOneCycle)},
-                              {"LRRangeTest", int(SchedulerType::kLRRangeTest)}},
+  static const EnumSpec spec{{{"WarmupLR", int(SchedulerKind::kWarmupLR)},
+                              {"WarmupDecayLR", int(SchedulerKind::kWarmupDecayLR)},
+                              {"WarmupCosineLR", int(SchedulerKind::kWarmupCosineLR)},
+                              {"OneCycle", int(SchedulerKind::kOneCycle)},
+                              {"LRRangeTest", int(SchedulerKind::kLRRangeTest)}},
                              false,
                              {"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR",
                               "LinearLR", "ConstantLR", "ReduceLROnPlateau", "CyclicLR", "OneCycleLR",
@@ -98,31 +98,31 @@ void VisitAdagrad(ConfigVisitor& v, AdagradParams& p) {
 }
 
 void VisitOptimizer(ConfigVisitor& v, OptimizerConfig& o) {
-  std::optional<OptimizerType> type;
-  if (o.type != OptimizerType::kNone) type = o.type;
+  std::optional<OptimizerKind> type;
+  if (o.type != OptimizerKind::kNone) type = o.type;
   VisitOptEnum(v, {.key = "type", .doc = "optimizer; null: none from the config (client optimizer)"}, type,
                OptimizerEnum());
-  o.type = type.value_or(OptimizerType::kNone);
+  o.type = type.value_or(OptimizerKind::kNone);
   const Field params{.key = "params", .doc = "constructor arguments of the optimizer"};
-  auto visit_params = [&](OptimizerType t) {
+  auto visit_params = [&](OptimizerKind t) {
     switch (t) {
-      case OptimizerType::kAdam:
-      case OptimizerType::kAdamW: VisitSection(v, params, o.adam, VisitAdam); break;
-      case OptimizerType::kLamb: VisitSection(v, params, o.lamb, VisitLamb); break;
-      case OptimizerType::kLion: VisitSection(v, params, o.lion, VisitLion); break;
-      case OptimizerType::kSgd: VisitSection(v, params, o.sgd, VisitSgd); break;
-      case OptimizerType::kAdagrad: VisitSection(v, params, o.adagrad, VisitAdagrad); break;
-      case OptimizerType::kNone:
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAdamW: VisitSection(v, params, o.adam, VisitAdam); break;
+      case OptimizerKind::kLamb: VisitSection(v, params, o.lamb, VisitLamb); break;
+      case OptimizerKind::kLion: VisitSection(v, params, o.lion, VisitLion); break;
+      case OptimizerKind::kSgd: VisitSection(v, params, o.sgd, VisitSgd); break;
+      case OptimizerKind::kAdagrad: VisitSection(v, params, o.adagrad, VisitAdagrad); break;
+      case OptimizerKind::kNone:
         if (v.Present("params")) v.Error("params", "given without optimizer.type");
         break;
     }
   };
   if (v.Describing()) {
-    const std::pair<const char*, OptimizerType> variants[] = {{"Adam,AdamW", OptimizerType::kAdam},
-                                                              {"Lamb", OptimizerType::kLamb},
-                                                              {"Lion", OptimizerType::kLion},
-                                                              {"SGD", OptimizerType::kSgd},
-                                                              {"Adagrad", OptimizerType::kAdagrad}};
+    const std::pair<const char*, OptimizerKind> variants[] = {{"Adam,AdamW", OptimizerKind::kAdam},
+                                                              {"Lamb", OptimizerKind::kLamb},
+                                                              {"Lion", OptimizerKind::kLion},
+                                                              {"SGD", OptimizerKind::kSgd},
+                                                              {"Adagrad", OptimizerKind::kAdagrad}};
     for (const auto& [name, t] : variants) {
       v.SetVariant(name);
       visit_params(t);
@@ -199,19 +199,19 @@ void VisitLRRangeTest(ConfigVisitor& v, LRRangeTestParams& p) {
 }
 
 void VisitScheduler(ConfigVisitor& v, SchedulerConfig& s) {
-  std::optional<SchedulerType> type;
-  if (s.type != SchedulerType::kNone) type = s.type;
+  std::optional<SchedulerKind> type;
+  if (s.type != SchedulerKind::kNone) type = s.type;
   VisitOptEnum(v, {.key = "type", .doc = "LR schedule (case-sensitive); null: none"}, type, SchedulerEnum());
-  s.type = type.value_or(SchedulerType::kNone);
+  s.type = type.value_or(SchedulerKind::kNone);
   const Field params{.key = "params", .doc = "arguments of the schedule"};
-  auto visit_params = [&](SchedulerType t) {
+  auto visit_params = [&](SchedulerKind t) {
     switch (t) {
-      case SchedulerType::kWarmupLR: VisitSection(v, params, s.warmup_lr, VisitWarmupLR); break;
-      case SchedulerType::kWarmupDecayLR: VisitSection(v, params, s.warmup_decay_lr, VisitWarmupDecayLR); break;
-      case SchedulerType::kWarmupCosineLR: VisitSection(v, params, s.warmup_cosine_lr, VisitWarmupCosineLR); break;
-      case SchedulerType::kOneCycle: VisitSection(v, params, s.one_cycle, VisitOneCycle); break;
-      case SchedulerType::kLRRangeTest: VisitSection(v, params, s.lr_range_test, VisitLRRangeTest); break;
-      case SchedulerType::kNone:
+      case SchedulerKind::kWarmupLR: VisitSection(v, params, s.warmup_lr, VisitWarmupLR); break;
+      case SchedulerKind::kWarmupDecayLR: VisitSection(v, params, s.warmup_decay_lr, VisitWarmupDecayLR); break;
+      case SchedulerKind::kWarmupCosineLR: VisitSection(v, params, s.warmup_cosine_lr, VisitWarmupCosineLR); break;
+      case SchedulerKind::kOneCycle: VisitSection(v, params, s.one_cycle, VisitOneCycle); break;
+      case SchedulerKind::kLRRangeTest: VisitSection(v, params, s.lr_range_test, VisitLRRangeTest); break;
+      case SchedulerKind::kNone:
         if (v.Present("params")) v.Error("params", "given without scheduler.type");
         break;
     }
@@ -219,7 +219,7 @@ void VisitScheduler(ConfigVisitor& v, SchedulerConfig& s) {
   if (v.Describing()) {
     for (const auto& [name, t] : SchedulerEnum().names) {
       v.SetVariant(name);
-      visit_params(static_cast<SchedulerType>(t));
+      visit_params(static_cast<SchedulerKind>(t));
     }
     v.SetVariant("");
   } else {

@@ -21,39 +21,39 @@ const char* OffloadDeviceName(OffloadDevice d) {
   }
   return "?";
 }
-const char* OptimizerTypeName(OptimizerType t) {
+const char* OptimizerKindName(OptimizerKind t) {
   switch (t) {
-    case OptimizerType::kNone: return "none";
-    case OptimizerType::kAdam: return "Adam";
-    case OptimizerType::kAdamW: return "AdamW";
-    case OptimizerType::kLamb: return "Lamb";
-    case OptimizerType::kLion: return "Lion";
-    case OptimizerType::kSgd: return "SGD";
-    case OptimizerType::kAdagrad: return "Adagrad";
+    case OptimizerKind::kNone: return "none";
+    case OptimizerKind::kAdam: return "Adam";
+    case OptimizerKind::kAdamW: return "AdamW";
+    case OptimizerKind::kLamb: return "Lamb";
+    case OptimizerKind::kLion: return "Lion";
+    case OptimizerKind::kSgd: return "SGD";
+    case OptimizerKind::kAdagrad: return "Adagrad";
   }
   return "?";
 }
-const char* SchedulerTypeName(SchedulerType t) {
+const char* SchedulerKindName(SchedulerKind t) {
   switch (t) {
-    case SchedulerType::kNone: return "none";
-    case SchedulerType::kWarmupLR: return "WarmupLR";
-    case SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
-    case SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
-    case SchedulerType::kOneCycle: return "OneCycle";
-    case SchedulerType::kLRRangeTest: return "LRRangeTest";
+    case SchedulerKind::kNone: return "none";
+    case SchedulerKind::kWarmupLR: return "WarmupLR";
+    case SchedulerKind::kWarmupDecayLR: return "WarmupDecayLR";
+    case SchedulerKind::kWarmupCosineLR: return "WarmupCosineLR";
+    case SchedulerKind::kOneCycle: return "OneCycle";
+    case SchedulerKind::kLRRangeTest: return "LRRangeTest";
   }
   return "?";
 }
 
 double OptimizerConfig::Lr() const {
   switch (type) {
-    case OptimizerType::kAdam:
-    case OptimizerType::kAdamW: return adam.lr;
-    case OptimizerType::kLamb: return lamb.lr;
-    case OptimizerType::kLion: return lion.lr;
-    case OptimizerType::kSgd: return sgd.lr;
-    case OptimizerType::kAdagrad: return adagrad.lr;
-    case OptimizerType::kNone: break;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: return adam.lr;
+    case OptimizerKind::kLamb: return lamb.lr;
+    case OptimizerKind::kLion: return lion.lr;
+    case OptimizerKind::kSgd: return sgd.lr;
+    case OptimizerKind::kAdagrad: return adagrad.lr;
+    case OptimizerKind::kNone: break;
   }
   return 0.0;
 }

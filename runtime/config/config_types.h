@@ -20,16 +20,16 @@ namespace zerorun::runtime {
 enum class ZeroStage : int { kDisabled = 0, kOptimizerStates = 1, kGradients = 2, kParameters = 3 };
 enum class OffloadDevice : int { kNone = 0, kCpu = 1, kNvme = 2 };
 // Optimizers zerorun implements (DeepSpeed's others are refused with a message).
-enum class OptimizerType : int { kNone = 0, kAdam, kAdamW, kLamb, kLion, kSgd, kAdagrad };
-enum class SchedulerType : int { kNone = 0, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
+enum class OptimizerKind : int { kNone = 0, kAdam, kAdamW, kLamb, kLion, kSgd, kAdagrad };
+enum class SchedulerKind : int { kNone = 0, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
 enum class WarmupType : int { kLog = 0, kLinear = 1 };
 enum class TagValidation : int { kIgnore = 0, kWarn = 1, kFail = 2 };
 enum class AllReduceOp : int { kMean = 0, kSum = 1 };
 
 const char* ZeroStageName(ZeroStage s);        // "0".."3"
 const char* OffloadDeviceName(OffloadDevice d);  // "none", "cpu", "nvme"
-const char* OptimizerTypeName(OptimizerType t);  // DeepSpeed spelling: "Adam", "AdamW", "SGD", ...
-const char* SchedulerTypeName(SchedulerType t);  // "WarmupLR", ...
+const char* OptimizerKindName(OptimizerKind t);  // DeepSpeed spelling: "Adam", "AdamW", "SGD", ...
+const char* SchedulerKindName(SchedulerKind t);  // "WarmupLR", ...
 
 // ---- batch (§1.1) ------------------------------------------------------------------------------------
 
@@ -87,7 +87,7 @@ struct AdagradParams {  // torch.optim.Adagrad / DeepSpeedCPUAdagrad
   double eps = 1e-10;
 };
 struct OptimizerConfig {
-  OptimizerType type = OptimizerType::kNone;  // kNone: no optimizer from the config (client's own)
+  OptimizerKind type = OptimizerKind::kNone;  // kNone: no optimizer from the config (client's own)
   // Only the member matching `type` is meaningful.
   AdamParams adam;  // kAdam, kAdamW
   LambParams lamb;
@@ -96,7 +96,7 @@ struct OptimizerConfig {
   AdagradParams adagrad;
   bool legacy_fusion = false;  // accepted for compatibility; no effect
   // AdamW (decoupled) update in effect: type AdamW, or Adam with adam_w_mode (the default).
-  bool AdamWMode() const { return type == OptimizerType::kAdamW || (type == OptimizerType::kAdam && adam.adam_w_mode); }
+  bool AdamWMode() const { return type == OptimizerKind::kAdamW || (type == OptimizerKind::kAdam && adam.adam_w_mode); }
   double Lr() const;  // the base learning rate of the active optimizer (0 when none)
 };
 
@@ -148,7 +148,7 @@ struct LRRangeTestParams {
   int64_t last_batch_iteration = -1;
 };
 struct SchedulerConfig {
-  SchedulerType type = SchedulerType::kNone;
+  SchedulerKind type = SchedulerKind::kNone;
   // Only the member matching `type` is meaningful.
   WarmupLRParams warmup_lr;
   WarmupDecayLRParams warmup_decay_lr;

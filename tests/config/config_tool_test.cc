@@ -75,7 +75,7 @@ TEST_SUITE("unit") {
         try {
           const rt::Config c = rt::LoadConfigFile(e.path().string(), o);
           CHECK_MESSAGE(c.warnings().empty(), e.path().string());
-          CHECK(c.scheduler.type != rt::SchedulerType::kNone);
+          CHECK(c.scheduler.type != rt::SchedulerKind::kNone);
         } catch (const zerorun::Error& err) {
           FAIL_CHECK(e.path().string(), " at world size ", w, ": ", err.what());
         }
