@@ -7,6 +7,10 @@
 
 namespace zerorun::kernels::cpu {
 
-void FillGemm(KernelTable& t);  // gemm (OpenBLAS sgemm), bias_add, bias_backward
+void FillGemm(KernelTable& t);         // gemm (OpenBLAS sgemm), bias_add, bias_backward
+void FillElementwise(KernelTable& t);  // add, axpy, scale, fill, copy, dropout_*, sum_squares, all_finite
+void FillActivation(KernelTable& t);   // gelu_*, silu_*, swiglu_*
+void FillNorm(KernelTable& t);         // layernorm_*, rmsnorm_*
+void FillSoftmax(KernelTable& t);      // softmax_*, cross_entropy
 
 }  // namespace zerorun::kernels::cpu

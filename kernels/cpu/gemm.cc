@@ -105,7 +105,7 @@ void Gemm(const GemmParams& p) {
   int64_t b_cols = p.trans_b == Trans::kN ? p.n : p.k;
   float* bias32 = nullptr;
   if (p.bias != nullptr) {
-    bias32 = Scratch(kScratchD, static_cast<size_t>(p.n));
+    bias32 = Scratch(kShared0, static_cast<size_t>(p.n));
     LoadRow(p.bias, p.bias_type, 0, bias32, p.n);
   }
   int threads = ThreadPool::Default().num_threads();
@@ -117,7 +117,7 @@ void Gemm(const GemmParams& p) {
     const float* b32 = static_cast<const float*>(b_raw);
     int64_t ldb = p.ldb;
     if (p.b_type != DType::kF32) {
-      float* s = Scratch(kScratchB, static_cast<size_t>(b_rows * b_cols));
+      float* s = Scratch(kShared1, static_cast<size_t>(b_rows * b_cols));
       ConvertMatrix(b_raw, p.b_type, b_rows, b_cols, p.ldb, s);
       b32 = s;
       ldb = b_cols;
@@ -141,7 +141,7 @@ void Gemm(const GemmParams& p) {
 }
 
 void BiasAdd(void* out, DType out_type, const void* bias, DType bias_type, int64_t N, int64_t C) {
-  float* b32 = Scratch(kScratchD, static_cast<size_t>(C));
+  float* b32 = Scratch(kShared0, static_cast<size_t>(C));
   LoadRow(bias, bias_type, 0, b32, C);
   ParallelFor(0, N, std::max<int64_t>(1, (1 << 15) / C), [&](int64_t b, int64_t e) {
     float* row = out_type == DType::kF32 ? nullptr : Scratch(kScratchA, static_cast<size_t>(C));

@@ -8,7 +8,13 @@
 namespace zerorun::kernels::cpu {
 
 // Slots let one thread hold several buffers at once (e.g. a converted A panel and a C panel).
-enum ScratchSlot : int { kScratchA = 0, kScratchB, kScratchC, kScratchD, kScratchE, kNumScratchSlots };
+// Convention: kScratchA..E belong to the body of a pool chunk; kShared0..2 are held by the calling
+// thread across a ParallelFor (e.g. fp32 weights every chunk reads) and are never used in chunks.
+enum ScratchSlot : int {
+  kScratchA = 0, kScratchB, kScratchC, kScratchD, kScratchE,
+  kShared0, kShared1, kShared2,
+  kNumScratchSlots
+};
 
 inline float* Scratch(ScratchSlot slot, size_t elems) {
   thread_local std::vector<float> buffers[kNumScratchSlots];

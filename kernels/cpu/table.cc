@@ -8,6 +8,10 @@ const KernelTable& CpuKernelTable() {
     KernelTable t = RefKernelTable();
     t.name = "cpu";
     cpu::FillGemm(t);
+    cpu::FillElementwise(t);
+    cpu::FillActivation(t);
+    cpu::FillNorm(t);
+    cpu::FillSoftmax(t);
     return t;
   }();
   return table;

@@ -70,26 +70,26 @@ TEST_CASE("cpu activations match ref for every dtype and ISA") {
         Ref().gelu_forward(want.data(), x.data(), n, t, a);
         ForEachIsa([&](Isa) {
           Cpu().gelu_forward(got.data(), x.data(), n, t, a);
-          CheckOp(got, want, "gelu", 1e-6);
+          CheckOp(got, want, "gelu", 1e-6, 1.0);
           Buffer x2 = x;  // in place: out aliases x
           Cpu().gelu_forward(x2.data(), x2.data(), n, t, a);
-          CheckOp(x2, want, "gelu in place", 1e-6);
+          CheckOp(x2, want, "gelu in place", 1e-6, 1.0);
         });
         Ref().gelu_backward(want.data(), dout.data(), x.data(), n, t, a);
         ForEachIsa([&](Isa) {
           Cpu().gelu_backward(got.data(), dout.data(), x.data(), n, t, a);
-          CheckOp(got, want, "gelu backward", 1e-6);
+          CheckOp(got, want, "gelu backward", 1e-6, 1.0);
         });
       }
       Ref().silu_forward(want.data(), x.data(), n, t);
       ForEachIsa([&](Isa) {
         Cpu().silu_forward(got.data(), x.data(), n, t);
-        CheckOp(got, want, "silu", 1e-6);
+        CheckOp(got, want, "silu", 1e-6, 1.0);
       });
       Ref().silu_backward(want.data(), dout.data(), x.data(), n, t);
       ForEachIsa([&](Isa) {
         Cpu().silu_backward(got.data(), dout.data(), x.data(), n, t);
-        CheckOp(got, want, "silu backward", 1e-6);
+        CheckOp(got, want, "silu backward", 1e-6, 1.0);
       });
       // SwiGLU over 3 rows of 2H.
       int64_t H = n / 6 + 1, N = n == 0 ? 0 : 3;
@@ -99,9 +99,9 @@ TEST_CASE("cpu activations match ref for every dtype and ISA") {
       Ref().swiglu_backward(d1.data(), dy.data(), in.data(), N, H, t);
       ForEachIsa([&](Isa) {
         Cpu().swiglu_forward(s2.data(), in.data(), N, H, t);
-        CheckOp(s2, s1, "swiglu", 1e-6);
+        CheckOp(s2, s1, "swiglu", 1e-6, 1.0);
         Cpu().swiglu_backward(d2.data(), dy.data(), in.data(), N, H, t);
-        CheckOp(d2, d1, "swiglu backward", 1e-6);
+        CheckOp(d2, d1, "swiglu backward", 1e-6, 1.0);
       });
     }
   }

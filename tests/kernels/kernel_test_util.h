@@ -102,8 +102,10 @@ inline void CheckClose(const Buffer& got, const Buffer& want, double ulps, doubl
 
 // The default tolerance for comparing the cpu backend against ref on one op: fp32 tight (relative
 // to the output's scale, since both accumulate differently), 16-bit one ulp of the storage dtype.
-inline void CheckOp(const Buffer& got, const Buffer& want, const std::string& what, double fp32_rel = 2e-6) {
-  double scale = std::max(1e-30, want.MaxAbs());
+// `scale_floor` bounds the scale from below (elementwise ops whose outputs can all be tiny).
+inline void CheckOp(const Buffer& got, const Buffer& want, const std::string& what, double fp32_rel = 2e-6,
+                    double scale_floor = 1e-30) {
+  double scale = std::max(scale_floor, want.MaxAbs());
   if (want.type() == DType::kF32) {
     CheckClose(got, want, 4.0, fp32_rel * scale, what);
   } else {
