@@ -15,6 +15,9 @@ struct AttentionOptions {
   DType dtype = DType::kF32;
   Init weight_init = Init::Gpt2();
   Init proj_init = Init::Gpt2();  // GPT-2 uses Init::Gpt2Residual(n_layer) here
+  // false: GEMM kernel + causal softmax composed in the layer (fast on CPU); true: the fused
+  // kernels::AttentionForward/Backward op.
+  bool fused_kernel = false;
 };
 
 // x (B, T, C) -> (B, T, C). Children: qkv (Linear C -> 3C), proj (Linear C -> C), drop (Dropout).
@@ -32,6 +35,7 @@ class CausalSelfAttention final : public Module {
  private:
   int64_t C_, NH_;
   DType dtype_;
+  bool fused_;
   Linear* qkv_;
   Linear* proj_;
   Dropout* drop_;

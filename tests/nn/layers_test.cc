@@ -117,6 +117,27 @@ TEST_CASE("nn.layers: causal self-attention backward matches finite differences,
   CHECK_THROWS_AS(CausalSelfAttention(6, 4), InvalidArgument);
 }
 
+TEST_CASE("nn.layers: the composed attention core agrees with the fused kernel") {
+  AttentionOptions fo;
+  fo.fused_kernel = true;
+  Check(std::make_unique<CausalSelfAttention>(6, 3, fo), {2, 4, 6}, 26);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    AttentionOptions ao;
+    ao.dtype = dt;
+    fo.dtype = dt;
+    CausalSelfAttention composed(12, 3, ao), fused(12, 3, fo);
+    composed.Initialize(27);
+    fused.Initialize(27);
+    Tensor x = RandomTensor({3, 7, 12}, 28, 1.0f, dt), dy = RandomTensor({3, 7, 12}, 29, 1.0f, dt);
+    CHECK(RelErr(composed.Forward(x), fused.Forward(x)) < (dt == DType::kF32 ? 1e-6 : 1e-2));
+    CHECK(RelErr(composed.Backward(dy), fused.Backward(dy)) < (dt == DType::kF32 ? 1e-6 : 1e-2));
+    auto pc = composed.Parameters(), pf = fused.Parameters();
+    for (size_t i = 0; i < pc.size(); ++i) {
+      CHECK(RelErr(pc[i]->engine_grad(), pf[i]->engine_grad()) < (dt == DType::kF32 ? 1e-6 : 1e-2));
+    }
+  }
+}
+
 TEST_CASE("nn.layers: MLP, transformer blocks and Sequential match finite differences") {
   MlpOptions mo;
   mo.hidden = 6;
