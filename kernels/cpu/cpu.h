@@ -1,6 +1,6 @@
 // The CPU backend: SIMD kernels picked at run time (core/cpu_features.h) and multithreaded through
-// ThreadPool::Default(). Families not yet specialised keep the reference entries. Every entry is
-// safe to call from several threads at once; scratch lives in thread_local buffers.
+// ThreadPool::Default(). Every entry is safe to call from several threads at once; scratch lives in
+// thread_local buffers (scratch.h). The table starts from ref/ and every family below replaces it.
 #pragma once
 
 #include "zerorun/kernels/kernel_table.h"
@@ -12,5 +12,7 @@ void FillElementwise(KernelTable& t);  // add, axpy, scale, fill, copy, dropout_
 void FillActivation(KernelTable& t);   // gelu_*, silu_*, swiglu_*
 void FillNorm(KernelTable& t);         // layernorm_*, rmsnorm_*
 void FillSoftmax(KernelTable& t);      // softmax_*, cross_entropy
+void FillAttention(KernelTable& t);    // attention_*
+void FillEmbedding(KernelTable& t);    // embedding_*
 
 }  // namespace zerorun::kernels::cpu

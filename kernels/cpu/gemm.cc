@@ -7,13 +7,11 @@
 // 16-bit operands: B is converted to an fp32 copy once per call; each A row panel is converted by
 // the thread that owns it; a 16-bit C is computed into an fp32 panel (loaded first when beta != 0),
 // the bias added, and rounded once on the way out.
-#include <cblas.h>
-
 #include <algorithm>
-#include <mutex>
 
 #include "zerorun/core/thread_pool.h"
 #include "zerorun/kernels/access.h"
+#include "zerorun/kernels/cpu/blas.h"
 #include "zerorun/kernels/cpu/cpu.h"
 #include "zerorun/kernels/cpu/scratch.h"
 
@@ -22,13 +20,6 @@ namespace {
 
 constexpr int64_t kPanelRows = 128;           // rows of A / C converted at a time (16-bit paths)
 constexpr double kMinFlopsPerChunk = 2.0e6;   // below this a chunk is not worth a thread
-
-void InitBlas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-CBLAS_TRANSPOSE ToCblas(Trans t) { return t == Trans::kN ? CblasNoTrans : CblasTrans; }
 
 // fp32 copy of a (rows, cols) matrix with leading dim ld into `dst` (leading dim cols), threaded.
 void ConvertMatrix(const void* src, DType t, int64_t rows, int64_t cols, int64_t ld, float* dst) {
@@ -76,16 +67,8 @@ void GemmBlock(const GemmParams& p, const float* a, int64_t lda, const float* b,
         for (int64_t r = 0; r < pr; ++r) LoadRow(c, p.c_type, (r0 + r) * p.ldc + j0, c_blk + r * cols, cols);
       }
     }
-    if (p.k == 0) {  // sgemm with k == 0 scales C by beta; make beta == 0 ignore C's contents
-      for (int64_t r = 0; r < pr; ++r) {
-        float* row = c_blk + r * c_ld;
-        for (int64_t j = 0; j < cols; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
-      }
-    } else {
-      cblas_sgemm(CblasRowMajor, ToCblas(p.trans_a), ToCblas(p.trans_b), static_cast<int>(pr), static_cast<int>(cols),
-                  static_cast<int>(p.k), p.alpha, a_blk, static_cast<int>(a_ld), b_blk, static_cast<int>(ldb), beta,
-                  c_blk, static_cast<int>(c_ld));
-    }
+    Sgemm(p.trans_a == Trans::kT, p.trans_b == Trans::kT, pr, cols, p.k, p.alpha, a_blk, a_ld, b_blk, ldb, beta, c_blk,
+          c_ld);
     if (bias != nullptr) {
       for (int64_t r = 0; r < pr; ++r) {
         float* row = c_blk + r * c_ld;
@@ -99,7 +82,7 @@ void GemmBlock(const GemmParams& p, const float* a, int64_t lda, const float* b,
 }
 
 void Gemm(const GemmParams& p) {
-  InitBlas();
+  EnsureBlasSingleThreaded();
   // Shared fp32 copies (caller's thread_local scratch, read by every chunk).
   int64_t b_rows = p.trans_b == Trans::kN ? p.k : p.n;
   int64_t b_cols = p.trans_b == Trans::kN ? p.n : p.k;

@@ -12,6 +12,8 @@ const KernelTable& CpuKernelTable() {
     cpu::FillActivation(t);
     cpu::FillNorm(t);
     cpu::FillSoftmax(t);
+    cpu::FillAttention(t);
+    cpu::FillEmbedding(t);
     return t;
   }();
   return table;
