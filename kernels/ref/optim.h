@@ -47,7 +47,7 @@ struct AdamHyper {
 struct LionHyper {
   float lr = 1e-3f;
   float beta1 = 0.9f;
-  float beta2 = 0.99f;
+  float beta2 = 0.999f;  // DeepSpeed's code default (the Lion paper uses 0.99)
   float weight_decay = 0.0f;
   int64_t step = 1;
 };

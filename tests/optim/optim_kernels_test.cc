@@ -239,6 +239,7 @@ TEST_SUITE("unit") {
     zk::LionHyper lh;
     lh.lr = 0.1f;
     lh.weight_decay = 0.5f;
+    lh.beta2 = 0.99f;
     zk::cpu::LionStep(lh, s, m);
     // p*(1 - 0.05) - 0.1*sign(0.1*g)
     CHECK(p[0] == doctest::Approx(0.95 - 0.1));
