@@ -1,0 +1,274 @@
+// Engine construction, the observer that streams gradients into reduction buckets, forward/backward
+// and the counters. The boundary step (overflow, norm, clip, update, gather) is in engine_step.cc.
+#include "zerorun/runtime/engine.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
+#include "zerorun/runtime/engine_internal.h"
+
+namespace zerorun::runtime {
+
+// Reports final gradients to the reducers while this backward reduces (boundary micro-steps for
+// stages 0/1, every micro-step for stage 2).
+class Engine::Observer final : public nn::ModuleObserver {
+ public:
+  explicit Observer(Engine& e) : e_(e) {}
+  void PreBackward(nn::Module& m) override {
+    if (e_.zero_stage() < 2) return;
+    // Stage 2: gradients live in transient bucket buffers; bind them before the layer adds into them.
+    for (nn::Parameter* p : m.DirectParameters()) {
+      auto it = e_.impl_->where.find(p);
+      if (it == e_.impl_->where.end()) continue;
+      auto& g = e_.impl_->groups[static_cast<size_t>(it->second.first)];
+      p->BindGrad(g.reducer->GradView(it->second.second, p->shape()));
+    }
+  }
+  void GradsReady(nn::Module&, const std::vector<nn::Parameter*>& params) override {
+    if (!e_.impl_->reducing) return;
+    for (nn::Parameter* p : params) {
+      auto it = e_.impl_->where.find(p);
+      if (it == e_.impl_->where.end()) continue;
+      e_.impl_->groups[static_cast<size_t>(it->second.first)].reducer->MarkReady(it->second.second);
+    }
+  }
+
+ private:
+  Engine& e_;
+};
+
+Engine::Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Communicator> comm, EngineOptions options)
+    : model_(model),
+      config_(std::move(config)),
+      comm_owner_(std::move(comm)),
+      comm_(comm_owner_.get()),
+      options_(std::move(options)),
+      account_(options_.name) {
+  Init();
+}
+
+Engine::Engine(nn::LossModule& model, Config config, comm::Communicator& comm, EngineOptions options)
+    : model_(model), config_(std::move(config)), comm_(&comm), options_(std::move(options)), account_(options_.name) {
+  Init();
+}
+
+Engine::~Engine() {
+  model_.SetObserver(nullptr);
+  if (impl_) {
+    for (auto& g : impl_->groups) {
+      if (g.reducer) g.reducer->Reset();
+    }
+  }
+}
+
+void Engine::Init() {
+  ZR_CHECK(comm_ != nullptr, "Engine needs a communicator");
+  ScopedMemoryAccount scope(&account_);
+  impl_ = std::make_unique<Impl>();
+  if (config_.batch.world_size != comm_->size()) {
+    ZR_THROW(ConfigError, "the config's batch sizes were resolved for a data-parallel world of {} ranks but the "
+             "communicator has {}: load the config with LoadOptions::world_size = {}", config_.batch.world_size,
+             comm_->size(), comm_->size());
+  }
+  const int stage = zero_stage();
+  if (stage > 2) {
+    ZR_THROW(ConfigError, "zero_optimization.stage: ZeRO stage {} is not implemented yet (stages 0, 1 and 2 are)",
+             stage);
+  }
+  if (config_.zero_optimization.OptimizerOffload() != OffloadDevice::kNone ||
+      config_.zero_optimization.ParamOffload() != OffloadDevice::kNone) {
+    ZR_THROW(ConfigError, "zero_optimization.offload_optimizer / offload_param: offload is not implemented yet");
+  }
+  model_dtype_ = config_.ModelDType();
+  std::vector<nn::Parameter*> params = model_.Parameters();
+  for (nn::Parameter* p : params) {
+    num_parameters_ += p->numel();
+    if (p->dtype() != model_dtype_) {
+      ZR_THROW(ConfigError, "the config trains in {} ({}), but parameter {} is {}: build the model with dtype {}",
+               DTypeName(model_dtype_), model_dtype_ == DType::kF32 ? "neither fp16 nor bf16 enabled"
+               : model_dtype_ == DType::kBF16 ? "bf16.enabled" : "fp16.enabled", p->name(), DTypeName(p->dtype()),
+               DTypeName(model_dtype_));
+    }
+    if (!p->engine_data().defined()) {
+      ZR_THROW(InvalidArgument, "parameter {} has no value: call model.Initialize(seed) before creating the engine",
+               p->name());
+    }
+  }
+  groups_ = BuildParamGroups(params, options_.groups);
+  if (groups_.empty()) ZR_THROW(InvalidArgument, "the model has no trainable parameters");
+  BuildGroups();
+  BuildOptimizer();
+  impl_->scaler = MakeLossScaler(config_);
+  impl_->observer = std::make_unique<Observer>(*this);
+  model_.SetObserver(impl_->observer.get());
+  if (config_.csv_monitor.enabled && rank() == 0) {
+    impl_->monitor = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path, config_.csv_monitor.job_name);
+  }
+  if (rank() == 0) {
+    ZR_INFO("engine: ZeRO stage {}, {} on {} rank(s), {} parameters in {} group(s), micro batch {} x accumulation {} "
+            "x world {} = batch {}", stage, DTypeName(model_dtype_), world_size(), num_parameters_, groups_.size(),
+            config_.micro_batch_per_gpu(), config_.gradient_accumulation_steps(), world_size(),
+            config_.train_batch_size());
+  }
+}
+
+void Engine::BuildGroups() {
+  const int world = comm_->size();
+  const int rank = comm_->rank();
+  const int stage = zero_stage();
+  const DType grad_dtype = config_.GradAccumDType();
+  const bool master_copy = model_dtype_ != DType::kF32;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ParamGroup& pg = groups_[gi];
+    GroupState gs;
+    std::vector<int64_t> numels;
+    for (nn::Parameter* p : pg.params) numels.push_back(p->numel());
+    // Stage 0 still pads to 2W so the same layout (and checkpoint geometry) serves every stage.
+    gs.layout = zero::LayoutFlatGroup(numels, world, 2, stage >= 1 && config_.zero_optimization.round_robin_gradients);
+    gs.own = stage == 0 ? zero::Range{0, gs.layout.padded_numel} : gs.layout.Partition(rank);
+    gs.flat_params = Tensor::Zeros({gs.layout.padded_numel}, model_dtype_, Device::CPU(), MemCategory::kParams);
+    for (size_t i = 0; i < pg.params.size(); ++i) {
+      nn::Parameter* p = pg.params[i];
+      Tensor view = gs.flat_params.View(gs.layout.offsets[i], p->shape());
+      view.CopyFrom(p->engine_data());
+      p->BindData(view);
+      impl_->where[p] = {static_cast<int>(gi), static_cast<int>(i)};
+    }
+    zero::GradReduceOptions ro;
+    ro.bucket_numel = stage == 0 ? 500'000'000 : std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
+    ro.comm_dtype = config_.CommDType();
+    ro.average = config_.gradient_allreduce_op == AllReduceOp::kMean;
+    ro.prescale = config_.prescale_gradients;
+    ro.predivide = config_.gradient_predivide_factor;
+    // Collectives run on the communicator's own thread, so buckets always travel during backward.
+    ro.overlap = true;
+    if (stage <= 1) {
+      ro.mode = zero::GradReduceOptions::Mode::kAllReduce;
+      gs.flat_grads = Tensor::Zeros({gs.layout.padded_numel}, grad_dtype, Device::CPU(), MemCategory::kGrads);
+      for (size_t i = 0; i < pg.params.size(); ++i) {
+        pg.params[i]->BindGrad(gs.flat_grads.View(gs.layout.offsets[i], pg.params[i]->shape()));
+      }
+      gs.own_grads = gs.flat_grads.View(gs.own.begin, {gs.own.size()});
+    } else {
+      ro.mode = zero::GradReduceOptions::Mode::kScatter;
+      gs.part_grads = Tensor::Zeros({gs.layout.partition_numel}, grad_dtype, Device::CPU(), MemCategory::kGrads);
+      gs.own_grads = gs.part_grads;
+    }
+    gs.reducer = std::make_unique<zero::GradientReducer>(gs.layout, grad_dtype, *comm_, ro, gs.flat_grads,
+                                                         gs.part_grads);
+    gs.own_params = gs.flat_params.View(gs.own.begin, {gs.own.size()});
+    if (master_copy) {
+      gs.master = Tensor::Empty({gs.own.size()}, DType::kF32, Device::CPU(), MemCategory::kMaster);
+      gs.master.CopyFrom(gs.own_params);
+    } else {
+      gs.master = gs.own_params;  // fp32 training: the parameters are their own master weights
+    }
+    impl_->groups.push_back(std::move(gs));
+  }
+}
+
+void Engine::BuildOptimizer() {
+  std::vector<ParamGroupSpec> specs;
+  OptimizerOptions oo;
+  OptimizerHyper base = OptimizerHyperFromConfig(config_.optimizer, &oo.type);
+  oo.account = &account_;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& pg = groups_[gi];
+    const GroupState& gs = impl_->groups[gi];
+    ParamGroupSpec spec;
+    spec.name = pg.Describe();
+    spec.numel = gs.own.size();
+    spec.hyper = base;
+    spec.hyper.lr = pg.lr.value_or(base.lr) * pg.lr_scale;
+    spec.hyper.weight_decay = pg.weight_decay ? pg.weight_decay_value.value_or(base.weight_decay) : 0.0;
+    if (oo.type == OptimizerType::kLamb) {
+      // Per-tensor pieces of this rank's range (tensor id = index in the group).
+      for (const zero::ParamSlice& s : zero::ParamsIn(gs.layout, gs.own)) {
+        spec.pieces.push_back({s.flat_offset - gs.own.begin, s.numel, s.param});
+      }
+      spec.num_tensors = static_cast<int64_t>(pg.params.size());
+    }
+    specs.push_back(std::move(spec));
+  }
+  impl_->optimizer = std::make_unique<Optimizer>(oo, std::move(specs));
+  if (oo.type == OptimizerType::kLamb && zero_stage() >= 1 && world_size() > 1) {
+    impl_->optimizer->set_norm_reducer([this](std::vector<double>& sums) {
+      comm_->AllReduce(sums.data(), sums.size(), DType::kF64, comm::ReduceOp::kSum).Wait();
+    });
+  }
+  impl_->scheduler = MakeSchedulerFromConfig(config_.scheduler, *impl_->optimizer);
+}
+
+bool Engine::IsGradientAccumulationBoundary() const {
+  int64_t gas = std::max<int64_t>(1, config_.gradient_accumulation_steps());
+  return (micro_steps_ + 1) % gas == 0;
+}
+
+float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
+  ScopedMemoryAccount scope(&account_);
+  ScopedTimer timer(timers_, "forward");
+  model_.Train();
+  impl_->reducing = zero_stage() >= 2 || IsGradientAccumulationBoundary();
+  last_loss_ = model_.ForwardLoss(inputs, targets);
+  forward_pending_ = true;
+  return last_loss_;
+}
+
+void Engine::Backward() {
+  if (!forward_pending_) ZR_THROW(InvalidArgument, "Engine::Backward without a preceding Forward");
+  ScopedMemoryAccount scope(&account_);
+  ScopedTimer timer(timers_, "backward");
+  forward_pending_ = false;
+  const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
+  try {
+    model_.BackwardLoss(static_cast<float>(impl_->scaler.scale() / gas));
+    if (zero_stage() >= 2) {
+      // Stage 2 reduces every micro-step into the partition accumulators.
+      ScopedTimer reduce_timer(timers_, "backward_allreduce");
+      for (auto& g : impl_->groups) g.reducer->Finish();
+    }
+  } catch (...) {
+    for (auto& g : impl_->groups) g.reducer->Reset();
+    throw;
+  }
+}
+
+void Engine::ZeroGrad() {
+  for (auto& g : impl_->groups) {
+    if (g.flat_grads.defined()) g.flat_grads.Zero();
+    if (g.part_grads.defined()) g.part_grads.Zero();
+  }
+}
+
+StepResult Engine::Step() {
+  ScopedMemoryAccount scope(&account_);
+  StepResult r;
+  if (IsGradientAccumulationBoundary()) {
+    ScopedTimer timer(timers_, "step");
+    r = BoundaryStep();
+  }
+  ++micro_steps_;
+  last_step_ = r;
+  return r;
+}
+
+std::vector<double> Engine::GetLr() const {
+  std::vector<double> lrs;
+  for (int g = 0; g < impl_->optimizer->NumGroups(); ++g) lrs.push_back(impl_->optimizer->GetLr(g));
+  return lrs;
+}
+
+std::vector<std::pair<double, double>> Engine::GetMomentum() const {
+  std::vector<std::pair<double, double>> out;
+  for (int g = 0; g < impl_->optimizer->NumGroups(); ++g) {
+    std::vector<double> m = impl_->optimizer->Momentum(g);
+    out.emplace_back(m.empty() ? 0.0 : m[0], m.size() > 1 ? m[1] : 0.0);
+  }
+  return out;
+}
+
+double Engine::loss_scale() const { return impl_->scaler.scale(); }
+
+}  // namespace zerorun::runtime

@@ -1,0 +1,149 @@
+// Engine: trains a model with a DeepSpeed config over a communicator — the C++ counterpart of
+// `deepspeed.initialize(...)`'s engine. The client loop per micro-batch is DeepSpeed's:
+//
+//     float loss = engine.Forward(inputs, targets);   // the model's mean loss on this micro-batch
+//     engine.Backward();                              // gradients of loss × loss_scale / gas
+//     engine.Step();                                  // on the accumulation boundary: reduce, update
+//
+// What it does (DESIGN.md "one training step"): every trainable parameter is laid, per parameter
+// group, into one flat 16-bit (or fp32) buffer and re-pointed at a view of it; gradients land in a
+// flat buffer too (stages 0/1) or stream into partitioned accumulators (stage 2). During backward the
+// model's observer reports gradients that are final and full buckets are reduced asynchronously
+// (overlap). On the boundary Step() waits for the reductions, agrees overflow and the global norm
+// across ranks, updates the loss scale, unscales and clips inside the optimizer's single pass over
+// this rank's partition of fp32 master weights, writes the 16-bit copy, all-gathers it (stages 1/2),
+// steps the LR schedule (not on skipped steps) and advances the counters.
+//
+// Counters follow DeepSpeed (reference §3.1): micro_steps counts Step() calls; global_steps and
+// global_samples advance on every boundary, skipped ones included; skipped_steps counts overflows.
+//
+// Thread safety: one engine per rank, driven by one thread. With the `local` backend each rank thread
+// owns its engine and its model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zerorun/comm/communicator.h"
+#include "zerorun/core/memory.h"
+#include "zerorun/core/tensor.h"
+#include "zerorun/core/timer.h"
+#include "zerorun/runtime/config/config.h"
+#include "zerorun/runtime/nn/loss.h"
+#include "zerorun/runtime/param_groups.h"
+
+namespace zerorun::runtime {
+
+struct EngineOptions {
+  // How trainable parameters are grouped for the optimizer (weight decay on/off, lr multipliers).
+  ParamGroupOptions groups;
+  // Log DeepSpeed's progress line every `steps_per_print` steps (rank 0) when the config sets it.
+  bool log_progress = true;
+  // Name used in log lines for this engine ("" : "rank R").
+  std::string name;
+};
+
+// The result of one Step() call.
+struct StepResult {
+  bool boundary = false;      // the call ended an accumulation window
+  bool applied = false;       // parameters were updated (boundary without overflow)
+  bool overflow = false;      // non-finite gradients (the step was skipped)
+  double grad_norm = -1;      // unscaled global L2 norm of the applied step (-1 if not computed)
+  double loss_scale = 1;      // the scale used for this step's gradients
+  std::vector<std::string> nonfinite_params;  // on overflow: the first parameters with bad gradients
+};
+
+class Engine {
+ public:
+  // `model` must be initialised (parameter values set); its parameter dtype must be the config's model
+  // dtype (fp32, bf16 with bf16.enabled, fp16 with fp16.enabled). `config` must have been loaded with
+  // world_size == comm->size(). Throws ConfigError / InvalidArgument naming what does not fit.
+  Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Communicator> comm,
+         EngineOptions options = {});
+  // Same, with a communicator the caller keeps alive for the engine's lifetime.
+  Engine(nn::LossModule& model, Config config, comm::Communicator& comm, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- the training loop ---------------------------------------------------------------------
+  // inputs, targets: the model's arguments (e.g. (B, T) int32 tokens and targets). Returns the loss.
+  float Forward(const Tensor& inputs, const Tensor& targets);
+  // Back-propagates the last Forward with gradient scale loss_scale / gradient_accumulation_steps.
+  void Backward();
+  // Ends a micro-step; on the accumulation boundary reduces and updates (see the file comment).
+  StepResult Step();
+  // Zeroes the accumulated gradients (Step() does it after every boundary).
+  void ZeroGrad();
+
+  // ---- state ---------------------------------------------------------------------------------
+  int64_t global_steps() const { return global_steps_; }
+  int64_t global_samples() const { return global_samples_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  // (micro_steps + 1) % gradient_accumulation_steps == 0.
+  bool IsGradientAccumulationBoundary() const;
+  bool WasStepApplied() const { return last_step_.applied; }
+  const StepResult& last_step() const { return last_step_; }
+  // Current learning rate per parameter group.
+  std::vector<double> GetLr() const;
+  // (beta1, beta2) per group for optimizers with betas; (momentum, 0) for SGD.
+  std::vector<std::pair<double, double>> GetMomentum() const;
+  // Unscaled global gradient norm of the last applied step (-1 before the first).
+  double GetGlobalGradNorm() const { return last_grad_norm_; }
+  double loss_scale() const;
+  float last_loss() const { return last_loss_; }
+
+  const Config& config() const { return config_; }
+  comm::Communicator& comm() const { return *comm_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->size(); }
+  int zero_stage() const { return config_.zero_optimization.StageNumber(); }
+  DType model_dtype() const { return model_dtype_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Parameters of the model (unique; tied counted once), trainable or not.
+  int64_t num_parameters() const { return num_parameters_; }
+  // Bytes this engine (and the model driven through it) holds, by category.
+  MemoryAccount& memory() { return account_; }
+  Timers& timers() { return timers_; }
+  nn::LossModule& model() { return model_; }
+
+ private:
+  struct Impl;
+  struct GroupState;
+  class Observer;
+  friend class Observer;
+
+  void Init();
+  void BuildGroups();
+  void BuildOptimizer();
+  void LogProgress();
+  StepResult BoundaryStep();
+  bool CheckOverflow(std::vector<std::string>* bad_params);
+
+  nn::LossModule& model_;
+  Config config_;
+  std::shared_ptr<comm::Communicator> comm_owner_;
+  comm::Communicator* comm_;
+  EngineOptions options_;
+  MemoryAccount account_;
+  Timers timers_;
+  DType model_dtype_ = DType::kF32;
+  std::vector<ParamGroup> groups_;
+  std::unique_ptr<Impl> impl_;
+  int64_t num_parameters_ = 0;
+
+  int64_t global_steps_ = 0;
+  int64_t global_samples_ = 0;
+  int64_t micro_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  double last_grad_norm_ = -1;
+  float last_loss_ = 0;
+  bool forward_pending_ = false;
+  StepResult last_step_;
+};
+
+}  // namespace zerorun::runtime

@@ -1,0 +1,54 @@
+// Engine internals shared by engine.cc and engine_step.cc (not installed API): per-group buffers and
+// the translation of the typed config into optimizer, scheduler and loss-scaler objects.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "zerorun/core/tensor.h"
+#include "zerorun/runtime/config/config.h"
+#include "zerorun/runtime/engine.h"
+#include "zerorun/runtime/loss_scaler.h"
+#include "zerorun/runtime/lr_schedules.h"
+#include "zerorun/runtime/monitor.h"
+#include "zerorun/runtime/optim/optimizer.h"
+#include "zerorun/zero/gradient_reducer.h"
+#include "zerorun/zero/partition.h"
+
+namespace zerorun::runtime {
+
+struct Engine::GroupState {
+  zero::FlatGroupLayout layout;
+  zero::Range own;        // this rank's range of the flat buffer: all of it (stage 0) or its partition
+  Tensor flat_params;     // (padded) model dtype: every parameter of the group is a view of it
+  Tensor flat_grads;      // stages 0/1: (padded) gradient dtype, parameters' grads are views of it
+  Tensor part_grads;      // stage 2: (partition) reduced gradients of this rank's partition
+  Tensor own_grads;       // (own.size()) the gradients the optimizer reads
+  Tensor own_params;      // (own.size()) view of flat_params
+  Tensor master;          // (own.size()) fp32 master weights (= own_params for fp32 training)
+  std::unique_ptr<zero::GradientReducer> reducer;
+};
+
+struct Engine::Impl {
+  std::vector<GroupState> groups;
+  std::unordered_map<nn::Parameter*, std::pair<int, int>> where;  // parameter -> (group, index)
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrScheduler> scheduler;  // may be null (constant lr)
+  LossScaler scaler;
+  std::unique_ptr<nn::ModuleObserver> observer;
+  std::unique_ptr<CsvMonitor> monitor;
+  bool reducing = false;                   // this backward reduces its gradients
+  std::vector<double> step_losses;         // losses of the micro-steps of the current window
+};
+
+// fp16 → DeepSpeed's dynamic (or static) scaler from the fp16 section; bf16/fp32 → static 1.
+LossScaler MakeLossScaler(const Config& config);
+// The optimizer section as the optimizer's hyper-parameters; `type` receives the optimizer type.
+// Throws ConfigError when the config has no optimizer.
+OptimizerHyper OptimizerHyperFromConfig(const OptimizerConfig& config, OptimizerType* type);
+// The scheduler section as a scheduler over `target` (nullptr when the config has none).
+std::unique_ptr<LrScheduler> MakeSchedulerFromConfig(const SchedulerConfig& config, HyperTarget& target);
+
+}  // namespace zerorun::runtime

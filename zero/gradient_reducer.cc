@@ -1,0 +1,187 @@
+// GradientReducer: bucket bookkeeping, collective submission and post-processing.
+#include "zerorun/zero/gradient_reducer.h"
+
+#include <algorithm>
+
+#include "zerorun/core/error.h"
+#include "zerorun/kernels/ops.h"
+
+namespace zerorun::zero {
+
+struct GradientReducer::Bucket {
+  Range range;
+  int params_total = 0;
+  int params_ready = 0;
+  bool submitted = false;
+  Tensor buffer;      // grad dtype: a view of full_grads (kAllReduce) or a transient buffer (kScatter)
+  Tensor staging;     // comm dtype, when it differs from the grad dtype
+  Tensor received;    // kScatter: this rank's reduced piece (comm dtype)
+  Range owned_piece;  // kScatter: bucket ∩ own partition (flat)
+  std::vector<comm::Work> works;
+};
+
+GradientReducer::GradientReducer(const FlatGroupLayout& layout, DType grad_dtype, comm::Communicator& comm,
+                                 const GradReduceOptions& options, Tensor full_grads, Tensor partition_grads)
+    : layout_(layout),
+      grad_dtype_(grad_dtype),
+      comm_(comm),
+      opt_(options),
+      full_grads_(std::move(full_grads)),
+      partition_grads_(std::move(partition_grads)) {
+  ZR_CHECK(comm.size() == layout.world_size, "communicator of {} ranks for a layout of {}", comm.size(),
+           layout.world_size);
+  if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
+    ZR_CHECK(full_grads_.defined() && full_grads_.numel() == layout.padded_numel, "full gradient buffer");
+  } else {
+    ZR_CHECK(partition_grads_.defined() && partition_grads_.numel() == layout.partition_numel,
+             "partition gradient buffer");
+  }
+  buckets_ = BackwardBuckets(layout_, opt_.bucket_numel);
+  bucket_of_param_.assign(layout_.numels.size(), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto st = std::make_unique<Bucket>();
+    st->range = buckets_[b];
+    for (const ParamSlice& s : ParamsIn(layout_, buckets_[b])) {
+      bucket_of_param_[static_cast<size_t>(s.param)] = static_cast<int>(b);
+      st->params_total++;
+    }
+    if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
+      st->buffer = full_grads_.View(st->range.begin, {st->range.size()});
+    }
+    state_.push_back(std::move(st));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  try {
+    Reset();
+  } catch (...) {
+  }
+}
+
+Tensor GradientReducer::BucketBuffer(Bucket& b) {
+  if (!b.buffer.defined()) {
+    b.buffer = Tensor::Zeros({b.range.size()}, grad_dtype_, comm_.device(), MemCategory::kBuckets);
+    live_bucket_bytes_ += static_cast<int64_t>(b.buffer.nbytes());
+  }
+  return b.buffer;
+}
+
+Tensor GradientReducer::GradView(int param, const Shape& shape) {
+  int bi = bucket_of_param_.at(static_cast<size_t>(param));
+  Range pr = layout_.ParamRange(param);
+  if (bi < 0) return full_grads_.defined() ? full_grads_.View(pr.begin, shape) : Tensor::Zeros(shape, grad_dtype_);
+  Bucket& b = *state_[static_cast<size_t>(bi)];
+  ZR_CHECK(!b.submitted, "gradient of parameter {} requested after its bucket was reduced", param);
+  return BucketBuffer(b).View(pr.begin - b.range.begin, shape);
+}
+
+void GradientReducer::MarkReady(int param) {
+  int bi = bucket_of_param_.at(static_cast<size_t>(param));
+  if (bi < 0) return;
+  Bucket& b = *state_[static_cast<size_t>(bi)];
+  ZR_CHECK(!b.submitted, "parameter {} marked ready twice in one backward", param);
+  if (++b.params_ready == b.params_total && opt_.overlap) Submit(b);
+}
+
+void GradientReducer::Submit(Bucket& b) {
+  b.submitted = true;
+  const int world = comm_.size();
+  Tensor buf = BucketBuffer(b);
+  const int64_t n = b.range.size();
+  // Pre-scaling on the gradient dtype.
+  double pre = 1.0;
+  comm::ReduceOp op = comm::ReduceOp::kSum;
+  if (opt_.average) {
+    if (opt_.prescale) {
+      pre = 1.0 / world;
+    } else if (opt_.predivide != 1.0) {
+      pre = 1.0 / opt_.predivide;
+    } else {
+      op = comm::ReduceOp::kAvg;
+    }
+  }
+  if (pre != 1.0) kernels::Scale(buf.data(), buf.data(), static_cast<float>(pre), n, grad_dtype_);
+  Tensor wire = buf;
+  if (opt_.comm_dtype != grad_dtype_) {
+    if (!b.staging.defined()) b.staging = Tensor::Empty({n}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
+    kernels::Copy(b.staging.data(), opt_.comm_dtype, buf.data(), grad_dtype_, n);
+    wire = b.staging;
+  }
+  const size_t esize = DTypeSize(opt_.comm_dtype);
+  if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
+    b.works.push_back(comm_.AllReduce(wire.data(), static_cast<size_t>(n), opt_.comm_dtype, op));
+    return;
+  }
+  // kScatter: one Reduce per owner whose partition meets the bucket, in rank order on every rank.
+  for (int r = 0; r < world; ++r) {
+    Range piece = Intersect(b.range, layout_.Partition(r));
+    if (piece.empty()) continue;
+    const char* send = static_cast<const char*>(wire.data()) + static_cast<size_t>(piece.begin - b.range.begin) * esize;
+    void* recv = nullptr;
+    if (r == comm_.rank()) {
+      b.received = Tensor::Empty({piece.size()}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
+      b.owned_piece = piece;
+      recv = b.received.data();
+    }
+    b.works.push_back(comm_.Reduce(send, recv, static_cast<size_t>(piece.size()), opt_.comm_dtype, op, r));
+  }
+}
+
+void GradientReducer::Complete(Bucket& b) {
+  for (auto& w : b.works) w.Wait();
+  b.works.clear();
+  const int world = comm_.size();
+  double post = 1.0;
+  if (opt_.average && !opt_.prescale && opt_.predivide != 1.0) post = opt_.predivide / world;
+  if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
+    const int64_t n = b.range.size();
+    if (opt_.comm_dtype != grad_dtype_) kernels::Copy(b.buffer.data(), grad_dtype_, b.staging.data(), opt_.comm_dtype, n);
+    if (post != 1.0) kernels::Scale(b.buffer.data(), b.buffer.data(), static_cast<float>(post), n, grad_dtype_);
+    return;
+  }
+  if (b.received.defined()) {
+    Tensor dst = partition_grads_.View(b.owned_piece.begin - layout_.Partition(comm_.rank()).begin,
+                                       {b.owned_piece.size()});
+    kernels::Axpy(dst.data(), dst.dtype(), b.received.data(), opt_.comm_dtype, static_cast<float>(post),
+                  b.owned_piece.size());
+    b.received = Tensor();
+  }
+  if (b.buffer.defined()) live_bucket_bytes_ -= static_cast<int64_t>(b.buffer.nbytes());
+  b.buffer = Tensor();
+  b.staging = Tensor();
+}
+
+void GradientReducer::Finish() {
+  // Unsubmitted buckets go in bucket order, which is the same on every rank.
+  for (auto& b : state_) {
+    if (!b->submitted) Submit(*b);
+  }
+  for (auto& b : state_) Complete(*b);
+  for (auto& b : state_) {
+    b->submitted = false;
+    b->params_ready = 0;
+  }
+}
+
+void GradientReducer::Reset() {
+  for (auto& b : state_) {
+    for (auto& w : b->works) {
+      try {
+        w.Wait();
+      } catch (...) {
+      }
+    }
+    b->works.clear();
+    b->submitted = false;
+    b->params_ready = 0;
+    if (opt_.mode == GradReduceOptions::Mode::kScatter) {
+      if (b->buffer.defined()) live_bucket_bytes_ -= static_cast<int64_t>(b->buffer.nbytes());
+      b->buffer = Tensor();
+      b->received = Tensor();
+    }
+    b->staging = Tensor();
+  }
+}
+
+}  // namespace zerorun::zero
