@@ -18,7 +18,10 @@
 namespace zerorun::kernels::cpu {
 namespace {
 
-constexpr int64_t kPanelRows = 128;           // rows of A / C converted at a time (16-bit paths)
+// Rows of A / C converted at a time on the 16-bit paths: as many as fit kPanelElems fp32 values, but
+// at least kMinPanelRows (each panel is one sgemm call, which re-packs B).
+constexpr int64_t kPanelElems = int64_t{4} << 20;
+constexpr int64_t kMinPanelRows = 256;
 constexpr double kMinFlopsPerChunk = 2.0e6;   // below this a chunk is not worth a thread
 
 // fp32 copy of a (rows, cols) matrix with leading dim ld into `dst` (leading dim cols), threaded.
@@ -33,8 +36,12 @@ void GemmBlock(const GemmParams& p, const float* a, int64_t lda, const float* b,
                const float* bias, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   int64_t rows = i1 - i0, cols = j1 - j0;
   const float* b_blk = p.trans_b == Trans::kN ? b + j0 : b + j0 * ldb;
-  for (int64_t r0 = i0; r0 < i1; r0 += (p.c_type == DType::kF32 && p.a_type == DType::kF32) ? rows : kPanelRows) {
-    int64_t r1 = (p.c_type == DType::kF32 && p.a_type == DType::kF32) ? i1 : std::min(i1, r0 + kPanelRows);
+  int64_t panel = rows;
+  if (p.c_type != DType::kF32 || p.a_type != DType::kF32) {
+    panel = std::max(kMinPanelRows, kPanelElems / std::max<int64_t>(1, std::max(p.k, cols)));
+  }
+  for (int64_t r0 = i0; r0 < i1; r0 += panel) {
+    int64_t r1 = std::min(i1, r0 + panel);
     int64_t pr = r1 - r0;
     // A panel: rows [r0, r1) of op(A).
     const float* a_blk;

@@ -1,6 +1,8 @@
 // Backend selection: the public entries follow SetKernelBackend; both tables are complete.
 #include <doctest/doctest.h>
 
+#include <thread>
+
 #include "kernel_test_util.h"
 #include "zerorun/kernels/ops.h"
 
@@ -28,6 +30,59 @@ TEST_CASE("every table entry is set and the backend switch routes calls") {
   SetKernelBackend(Backend::kCpu);
   CHECK(&ActiveKernelTable() == &CpuKernelTable());
   SetKernelBackend(before);
+}
+
+TEST_CASE("cpu kernels called concurrently from several threads give the serial results") {
+  // Ranks-as-threads: four callers share the pool and OpenBLAS; each must get exactly what it gets
+  // alone (per-thread scratch, no shared mutable state).
+  constexpr int kCallers = 4;
+  int64_t B = 2, T = 70, C = 48, NH = 3, M = 150, V = 37;
+  struct Result {
+    Buffer gemm, att_out, ln_out, dqkv;
+    float loss = 0.0f;
+  };
+  auto run = [&](int seed, DType t) {
+    Result r;
+    Buffer a = Buffer::Random(t, M * C, seed), w = Buffer::Random(t, 3 * C * C, seed + 1);
+    r.gemm = Buffer(t, M * 3 * C);
+    Cpu().gemm([&] {
+      GemmParams p;
+      p.trans_b = Trans::kT, p.m = M, p.n = 3 * C, p.k = C;
+      p.a = a.data(), p.a_type = t, p.lda = C, p.b = w.data(), p.b_type = t, p.ldb = C;
+      p.c = r.gemm.data(), p.c_type = t, p.ldc = 3 * C;
+      return p;
+    }());
+    Buffer qkv = Buffer::Random(t, B * T * 3 * C, seed + 2), dout = Buffer::Random(t, B * T * C, seed + 3);
+    Buffer att(DType::kF32, B * NH * T * T);
+    r.att_out = Buffer(t, B * T * C);
+    r.dqkv = Buffer(t, B * T * 3 * C);
+    Cpu().attention_forward(r.att_out.data(), att.f32(), qkv.data(), B, T, C, NH, t);
+    Cpu().attention_backward(r.dqkv.data(), dout.data(), qkv.data(), att.f32(), B, T, C, NH, t);
+    Buffer mean(DType::kF32, M), rstd(DType::kF32, M);
+    r.ln_out = Buffer(t, M * C);
+    Cpu().layernorm_forward(r.ln_out.data(), mean.f32(), rstd.f32(), a.data(), nullptr, nullptr, M, C, 1e-5f, t, t);
+    Buffer logits = Buffer::Random(t, M * V, seed + 4, -5, 5);
+    std::vector<int32_t> targets(static_cast<size_t>(M));
+    for (int64_t i = 0; i < M; ++i) targets[i] = static_cast<int32_t>((i * 13 + seed) % V);
+    r.loss = Cpu().cross_entropy(nullptr, nullptr, logits.data(), targets.data(), M, V, t, -1, 1.0f).loss;
+    return r;
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    CAPTURE(std::string(DTypeName(t)));
+    std::vector<Result> serial;
+    for (int c = 0; c < kCallers; ++c) serial.push_back(run(10 * c, t));
+    std::vector<Result> parallel(kCallers);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < kCallers; ++c) threads.emplace_back([&, c] { parallel[c] = run(10 * c, t); });
+    for (auto& th : threads) th.join();
+    for (int c = 0; c < kCallers; ++c) {
+      CHECK(parallel[c].gemm.BitEqual(serial[c].gemm));
+      CHECK(parallel[c].att_out.BitEqual(serial[c].att_out));
+      CHECK(parallel[c].dqkv.BitEqual(serial[c].dqkv));
+      CHECK(parallel[c].ln_out.BitEqual(serial[c].ln_out));
+      CHECK(parallel[c].loss == serial[c].loss);
+    }
+  }
 }
 
 }  // TEST_SUITE
