@@ -167,6 +167,7 @@ int RunGeneration(const LaunchOptions& opts, const std::string& runner, const Wo
   so.kill_grace_s = opts.kill_grace_s + 5;  // agents need their own grace to stop their ranks
   so.tail_lines = opts.tail_lines;
   so.what = "node";
+  so.stop_by_closing_stdin = runner == "ssh";
 
   if (runner == "local") {
     if (world->nodes.size() > 1) {
@@ -214,6 +215,7 @@ int RunGeneration(const LaunchOptions& opts, const std::string& runner, const Wo
       remote.insert(remote.end(), agent.begin(), agent.end());
       ChildSpec spec;
       spec.name = "pdsh";
+      spec.failure_marker = "ssh exited with exit code ";
       spec.argv = PdshArgv(opts, *world, RemoteCommand(cwd, remote));
       spec.env_set = {{"PDSH_RCMD_TYPE", "ssh"}, {"LC_ZERORUN_JOB_TOKEN", token}};
       std::string append = Getenv("PDSH_SSH_ARGS_APPEND");
@@ -252,8 +254,9 @@ int RunGeneration(const LaunchOptions& opts, const std::string& runner, const Wo
   if (out.failed_child >= 0) {
     // The agent's own report (which rank, which code, its last lines) came through its output.
     const ChildResult& r = out.children[static_cast<size_t>(out.failed_child)];
+    std::string status = out.marker_exit_code > 0 ? Format("exit code {}", out.marker_exit_code) : DescribeStatus(r);
     std::fprintf(stderr, "zerorun: %s ended with %s; the job was stopped on every node\n",
-                 specs[static_cast<size_t>(out.failed_child)].name.c_str(), DescribeStatus(r).c_str());
+                 specs[static_cast<size_t>(out.failed_child)].name.c_str(), status.c_str());
     if (r.exit_code == 255 && (runner == "ssh" || runner == "pdsh")) {
       std::fprintf(stderr, "zerorun: exit code 255 is ssh's own failure (connection lost or refused); last lines:\n");
       for (const std::string& l : r.tail) std::fprintf(stderr, "  | %s\n", l.c_str());
@@ -309,6 +312,12 @@ int RunStep(const LaunchOptions& opts) {
 
 }  // namespace
 
+namespace {
+pid_t g_startup_parent = getppid();  // before main: the parent that exec'd us
+}  // namespace
+
+pid_t StartupParent() { return g_startup_parent; }
+
 std::string SelfExecutable() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -338,8 +347,15 @@ int Launch(const LaunchOptions& in) {
   if (!(batch && no_hostfile && opts.launcher == "slurm")) world = ResolveWorld(opts, DetectHostFacts());
 
   if (opts.node_rank >= 0) {  // node mode: this node's ranks, here
+    // Stop when the ssh session (or shell) that started us goes away. It may already be gone (a fast
+    // failure elsewhere stopped the job while we were starting): then start nothing.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    bool orphaned = getppid() != StartupParent() || (StartupParent() == 1 && !opts.world_info.empty());
+    if (orphaned) {
+      ZR_WARN("the process that started this node's launcher is gone; not starting node {}", opts.node_rank);
+      return 128 + SIGTERM;
+    }
     if (opts.env_from_stdin) ReadEnvPreamble();
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // the ssh session (or the shell) that started us is gone: stop
     if (opts.node_rank >= static_cast<int>(world.nodes.size())) {
       ZR_THROW(InvalidArgument, "--node_rank {} is out of range: the job has {} node(s)", opts.node_rank, world.nodes.size());
     }

@@ -6,6 +6,8 @@
 // OMPI_COMM_WORLD_*, inside an srun step or an mpirun job).
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -18,6 +20,9 @@ namespace zerorun::launcher {
 // Runs the job described by `opts`; returns the exit code for the launcher process. Throws
 // zerorun::Error for bad input (hostfile, flags) before anything is started.
 int Launch(const LaunchOptions& opts);
+
+// The parent process id when this process started (static initialisation time).
+pid_t StartupParent();
 
 // The program the agents run remotely: this executable's absolute path.
 std::string SelfExecutable();

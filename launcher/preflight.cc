@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -107,7 +108,15 @@ std::string SshPreflight(const LaunchOptions& opts, const World& world, const st
   check += "echo zerorun-preflight-addr $(hostname -I 2>/dev/null)";
   std::vector<std::vector<std::string>> commands;
   for (const Node& n : world.nodes) {
-    std::vector<std::string> argv = SshArgv(opts, n.host, check);
+    std::vector<std::string> argv;
+    if (pdsh) {  // pdsh's ssh takes its options from PDSH_SSH_ARGS_APPEND, not --launcher_args
+      LaunchOptions ssh_opts = opts;
+      const char* append = std::getenv("PDSH_SSH_ARGS_APPEND");
+      ssh_opts.launcher_args = append ? append : "";
+      argv = SshArgv(ssh_opts, n.host, check);
+    } else {
+      argv = SshArgv(opts, n.host, check);
+    }
     argv.insert(argv.begin() + 1, {"-o", "ConnectTimeout=10"});
     if (pdsh) argv.insert(argv.begin() + 1, {"-o", "SendEnv=LC_ZERORUN_JOB_TOKEN"});
     commands.push_back(argv);

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -216,7 +217,7 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
     kill_deadline = Clock::now() + std::chrono::milliseconds(static_cast<long>(opts.kill_grace_s * 1000));
     for (size_t i = 0; i < run.size(); ++i) {
       CloseFd(&run[i].in_fd);
-      if (run[i].pid > 0 && !outcome.children[i].exited) {
+      if (run[i].pid > 0 && !outcome.children[i].exited && !opts.stop_by_closing_stdin) {
         kill(-run[i].pid, sig);
         kill(run[i].pid, sig);
       }
@@ -230,9 +231,12 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
       outcome.children[i].pid = run[i].pid;
     }
   } catch (const Error&) {
-    start_teardown(SIGKILL);
     for (size_t i = 0; i < run.size(); ++i) {
-      if (run[i].pid > 0) waitpid(run[i].pid, nullptr, 0);
+      if (run[i].pid <= 0) continue;
+      kill(-run[i].pid, SIGKILL);
+      kill(run[i].pid, SIGKILL);
+      waitpid(run[i].pid, nullptr, 0);
+      CloseFd(&run[i].in_fd);
       CloseFd(&run[i].out_fd);
       CloseFd(&run[i].log_fd);
     }
@@ -244,6 +248,14 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
 
   auto emit_line = [&](size_t i, const std::string& line) {
     ChildResult& res = outcome.children[i];
+    const std::string& marker = specs[i].failure_marker;
+    if (!marker.empty() && !teardown && line.find(marker) != std::string::npos) {
+      outcome.failed_child = static_cast<int>(i);
+      outcome.marker_exit_code = std::atoi(line.c_str() + line.find(marker) + marker.size());
+      if (outcome.marker_exit_code == 0) outcome.marker_exit_code = 1;
+      ZR_ERROR("{} reported a failure ({}); stopping the job", specs[i].name, line);
+      start_teardown(SIGTERM);
+    }
     res.tail.push_back(line.size() > 2000 ? line.substr(0, 2000) + "..." : line);
     while (static_cast<int>(res.tail.size()) > opts.tail_lines) res.tail.pop_front();
     if (run[i].log_fd >= 0) {
@@ -374,7 +386,7 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
         char buf[256];
         ssize_t got = read(watch_fd, buf, sizeof buf);
         if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
-          ZR_WARN("the controlling launcher went away (stdin closed); stopping this node's ranks");
+          ZR_WARN("the launcher that started this node closed the connection; stopping this node's ranks");
           outcome.stopped_by_watch = true;
           watch_fd = -1;
           start_teardown(SIGTERM);
@@ -394,6 +406,7 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
     const ChildResult& res = outcome.children[static_cast<size_t>(outcome.failed_child)];
     const ChildSpec& spec = specs[static_cast<size_t>(outcome.failed_child)];
     outcome.exit_code = res.term_signal != 0 ? 128 + res.term_signal : res.exit_code;
+    if (outcome.marker_exit_code > 0) outcome.exit_code = outcome.marker_exit_code;
     std::string report = Format("zerorun: job failed: {} (pid {}) ended with {}", spec.name, res.pid, DescribeStatus(res));
     if (!spec.log_path.empty()) report += Format("; full output in {}", spec.log_path);
     if (!res.tail.empty()) {
@@ -406,7 +419,7 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
     outcome.report = Format("zerorun: job stopped by {}", SignalName(outcome.stop_signal));
   } else if (outcome.stopped_by_watch) {
     outcome.exit_code = 128 + SIGTERM;
-    outcome.report = "zerorun: job stopped because the controlling launcher went away";
+    outcome.report = "zerorun: this node's ranks were stopped at the launcher's request (connection closed)";
   }
   return outcome;
 }

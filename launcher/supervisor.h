@@ -29,6 +29,9 @@ struct ChildSpec {
   bool keep_stdin_open = false;         // keep stdin open after stdin_data; closing it tells the child to stop
   std::vector<int> cpus;                // CPU affinity (OS indices); empty: inherited
   bool forward_to_stderr = false;       // forward to stderr instead of stdout
+  // A line containing this marks the child failed even while it runs (pdsh reports a node's failure
+  // as "...: ssh exited with exit code N" and keeps waiting for the others); N becomes the exit code.
+  std::string failure_marker;
 };
 
 struct SupervisorOptions {
@@ -36,6 +39,9 @@ struct SupervisorOptions {
   int tail_lines = 20;        // lines kept per child for the report
   int watch_fd = -1;          // optional: EOF/hang-up here stops the job (an agent's stdin)
   std::string what = "rank";  // noun used in messages ("rank", "node")
+  // Stop children by closing their stdin only (agents then stop their own ranks and exit); SIGKILL
+  // follows after kill_grace_s. Without it, children get SIGTERM (or the signal received).
+  bool stop_by_closing_stdin = false;
 };
 
 struct ChildResult {
@@ -49,6 +55,7 @@ struct ChildResult {
 struct JobOutcome {
   int exit_code = 0;        // what the launcher should exit with
   int failed_child = -1;    // index of the first failing child, -1 if none
+  int marker_exit_code = -1;  // exit code read from a failure_marker line, -1 if none
   int stop_signal = 0;      // a signal that stopped the job from outside (SIGINT/SIGTERM/SIGHUP), 0 if none
   bool stopped_by_watch = false;  // watch_fd closed
   std::vector<ChildResult> children;

@@ -110,6 +110,7 @@ struct Record {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string cpus;
+  std::string netns;  // e.g. "net:[4026531992]"
   int pid = -1;
   int sleeper = -1;
   bool found = false;
@@ -130,6 +131,8 @@ inline Record ReadRecord(const std::string& dir, int rank, int generation = 0) {
       rec.env[line.substr(4, eq - 4)] = line.substr(eq + 1);
     } else if (line.rfind("cpus ", 0) == 0) {
       rec.cpus = line.substr(5);
+    } else if (line.rfind("netns ", 0) == 0) {
+      rec.netns = line.substr(6);
     } else if (line.rfind("pid ", 0) == 0) {
       rec.pid = std::atoi(line.c_str() + 4);
     } else if (line.rfind("sleeper ", 0) == 0) {

@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
     for (int c = 0; c < CPU_SETSIZE; ++c) {
       if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
     }
+    char netns[128] = {0};
+    if (readlink("/proc/self/ns/net", netns, sizeof netns - 1) < 0) netns[0] = '?';
+    std::fprintf(f, "netns %s\n", netns);
     std::fprintf(f, "cpus %s\npid %d\nsleeper %d\n", cpus.c_str(), static_cast<int>(getpid()), static_cast<int>(sleeper));
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());
