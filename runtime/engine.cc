@@ -228,6 +228,10 @@ void Engine::Backward() {
       // Stage 2 reduces every micro-step into the partition accumulators.
       ScopedTimer reduce_timer(timers_, "backward_allreduce");
       for (auto& g : impl_->groups) g.reducer->Finish();
+      // Drop the views into the (now reduced) transient buckets so their memory is returned.
+      for (auto& pg : groups_) {
+        for (nn::Parameter* p : pg.params) p->ReleaseGrad();
+      }
     }
   } catch (...) {
     for (auto& g : impl_->groups) g.reducer->Reset();

@@ -74,6 +74,9 @@ class Parameter {
   // storage is dropped. Views may live in buffers the engine owns.
   void BindData(const Tensor& view);
   void BindGrad(const Tensor& view);
+  // Drops the grad binding (the engine's transient gradient buckets, ZeRO stage 2): grad() fails
+  // until the next BindGrad/AllocateGrad.
+  void ReleaseGrad() { grad_ = Tensor(); }
   // Allocates data (MemCategory::kParams) / grad (kGrads, zeroed) if not bound yet.
   void AllocateData(Device device = Device::CPU());
   void AllocateGrad(Device device = Device::CPU());

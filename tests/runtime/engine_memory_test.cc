@@ -1,0 +1,66 @@
+// Model-state memory per rank against the ZeRO paper (reference §5.2) for mixed-precision Adam
+// (bf16 parameters and gradients, fp32 master weights and two fp32 moments, K = 12):
+//   stage 0: 2Ψ + 2Ψ + 12Ψ       stage 1: 2Ψ + 2Ψ + 12Ψ/N       stage 2: 2Ψ + 2Ψ/N + 12Ψ/N
+// exactly, up to the padding of each group's flat buffer to a multiple of 2N elements — measured with
+// the engine's memory accounting after real training steps on N = 1..4 ranks.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "engine_test_util.h"
+#include "zerorun/zero/partition.h"
+
+using namespace zrtest;
+
+TEST_SUITE("unit") {
+
+TEST_CASE("engine memory: model states match 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N up to padding") {
+  for (int stage = 0; stage <= 2; ++stage) {
+    for (int world = 1; world <= 4; ++world) {
+      CAPTURE(stage);
+      CAPTURE(world);
+      std::mutex mu;
+      comm::RunLocalRanks(world, [&](comm::Communicator& c) {
+        RunSpec s;
+        s.world = world;
+        s.stage = stage;
+        s.micro = 2;
+        s.dtype = DType::kBF16;
+        runtime::LoadOptions lo;
+        lo.world_size = world;
+        lo.log_warnings = false;
+        runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+        gpt::Gpt model(TinyGpt(DType::kBF16));
+        model.Initialize(3);
+        runtime::Engine engine(model, cfg, c);
+        // Padded Ψ: each group's flat buffer is padded to a multiple of 2N.
+        int64_t padded = 0, psi = 0;
+        for (const auto& g : engine.param_groups()) {
+          std::vector<int64_t> numels;
+          for (auto* p : g.params) numels.push_back(p->numel());
+          padded += zero::LayoutFlatGroup(numels, world).padded_numel;
+          for (int64_t n : numels) psi += n;
+        }
+        CHECK(psi == engine.num_parameters());
+        CHECK(padded - psi < static_cast<int64_t>(engine.param_groups().size()) * 2 * world);
+        for (int step = 0; step < 2; ++step) {
+          auto [x, y] = MicroBatch(step, 0, c.rank(), world, 2, 1, 8, 16);
+          engine.Forward(x, y);
+          engine.Backward();
+          engine.Step();
+        }
+        MemoryAccount& m = engine.memory();
+        const int64_t part = padded / world;
+        CHECK(m.Current(MemCategory::kParams) == 2 * padded);
+        CHECK(m.Current(MemCategory::kGrads) == (stage == 2 ? 2 * part : 2 * padded));
+        CHECK(m.Current(MemCategory::kMaster) == (stage == 0 ? 4 * padded : 4 * part));
+        CHECK(m.Current(MemCategory::kOptimizer) == (stage == 0 ? 8 * padded : 8 * part));
+        // Between steps no communication buffer is held.
+        CHECK(m.Current(MemCategory::kBuckets) == 0);
+        std::lock_guard<std::mutex> lock(mu);
+      });
+    }
+  }
+}
+
+}  // TEST_SUITE
