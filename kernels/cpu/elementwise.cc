@@ -6,6 +6,7 @@
 
 #include "zerorun/kernels/cpu/blocks.h"
 #include "zerorun/kernels/cpu/cpu.h"
+#include "zerorun/kernels/cpu/philox.h"
 #include "zerorun/kernels/cpu/vec.h"
 #include "zerorun/kernels/dropout_mask.h"
 
@@ -116,22 +117,19 @@ void SwiGluBackward(void* din, const void* dout, const void* in, int64_t N, int6
   });
 }
 
-// y = x * keep / (1 - p); element i's keep flag comes from Philox word offset + i (dropout_mask.h).
+// y = x * keep / (1 - p); element i's keep flag comes from Philox word offset + i (dropout_mask.h),
+// the words of a block generated in bulk (philox.h) and applied by VecOps.
 void DropoutApply(void* out, const void* x, int64_t n, DType type, float p, uint64_t seed, uint64_t stream,
                   uint64_t offset) {
   uint32_t threshold = DropoutThreshold(p);
   float scale = 1.0f / (1.0f - p);
   MapBlocks<1>(n, type, out, {x}, [&](const float* const* in, float* o, int64_t len, int64_t first) {
-    const float* xs = in[0];
-    uint64_t word = offset + static_cast<uint64_t>(first);
-    int64_t i = 0;
-    bool keep[4];
-    while (i < len) {
-      DropoutKeepBlock(seed, stream, word >> 2, threshold, keep);
-      for (int lane = static_cast<int>(word & 3); lane < 4 && i < len; ++lane, ++i, ++word) {
-        o[i] = keep[lane] ? xs[i] * scale : 0.0f;
-      }
-    }
+    thread_local std::vector<uint32_t> words;
+    uint64_t word0 = offset + static_cast<uint64_t>(first);
+    uint64_t block0 = word0 >> 2, blocks = ((word0 + static_cast<uint64_t>(len) + 3) >> 2) - block0;
+    words.resize(4 * blocks);
+    PhiloxWords(seed, stream, block0, static_cast<int64_t>(blocks), words.data());
+    Vec().dropout_apply(o, in[0], words.data() + (word0 & 3), len, threshold, scale);
   });
 }
 

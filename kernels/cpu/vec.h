@@ -45,6 +45,9 @@ struct VecOps {
                            float rstd, float c1, float c2) = nullptr;
   // dx = y * (dy - dot)
   void (*softmax_backward)(float* dx, const float* dy, const float* y, float dot, int64_t n) = nullptr;
+  // y = (words >> 8) >= threshold ? x * scale : 0 (the dropout mask, dropout_mask.h). y may alias x.
+  void (*dropout_apply)(float* y, const float* x, const uint32_t* words, int64_t n, uint32_t threshold,
+                        float scale) = nullptr;
 };
 
 // The primitives for ActiveIsa() (re-read every call, so SetMaxIsa takes effect at once).

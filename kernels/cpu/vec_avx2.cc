@@ -49,6 +49,12 @@ struct Avx2V {
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
   }
+  static R KeepScale(R x, const uint32_t* w, uint32_t threshold, float scale) {
+    __m256i hi24 = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), 8);
+    // Both sides are below 2^24, so the signed compare is exact; threshold 0 keeps everything.
+    __m256i keep = _mm256_cmpgt_epi32(hi24, _mm256_set1_epi32(static_cast<int>(threshold) - 1));
+    return _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_mul_ps(x, _mm256_set1_ps(scale)));
+  }
   static float ReduceMax(R v) {
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, v);

@@ -53,6 +53,11 @@ struct Avx512V {
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
   }
+  static R KeepScale(R x, const uint32_t* w, uint32_t threshold, float scale) {
+    __m512i hi24 = _mm512_srli_epi32(_mm512_loadu_si512(w), 8);
+    __mmask16 keep = _mm512_cmpge_epu32_mask(hi24, _mm512_set1_epi32(static_cast<int>(threshold)));
+    return _mm512_maskz_mul_ps(keep, x, _mm512_set1_ps(scale));
+  }
   static float ReduceMax(R v) {
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, v);

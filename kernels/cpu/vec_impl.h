@@ -32,6 +32,9 @@ struct ScalarV {
   static R Erf(R x) { return std::erf(x); }
   static float ReduceAdd(R v) { return v; }
   static float ReduceMax(R v) { return v; }
+  static R KeepScale(R x, const uint32_t* w, uint32_t threshold, float scale) {
+    return (*w >> 8) >= threshold ? x * scale : 0.0f;
+  }
 };
 
 // tanh and erf from Exp for the SIMD vocabularies (ScalarV has its own).
@@ -388,6 +391,14 @@ struct VecImpl {
     });
   }
 
+  static void DropoutApply(float* y, const float* x, const uint32_t* words, int64_t n, uint32_t threshold,
+                           float scale) {
+    ForEachLane<V>(n, [&](auto u, int64_t i) {
+      using U = decltype(u);
+      U::Store(y + i, U::KeepScale(U::Load(x + i), words + i, threshold, scale));
+    });
+  }
+
   static const VecOps& Table() {
     static const VecOps ops = [] {
       VecOps o;
@@ -409,6 +420,7 @@ struct VecImpl {
       o.norm_backward_stats = &NormBackwardStats;
       o.norm_backward_dx = &NormBackwardDx;
       o.softmax_backward = &SoftmaxBackward;
+      o.dropout_apply = &DropoutApply;
       return o;
     }();
     return ops;
