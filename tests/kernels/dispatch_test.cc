@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "kernel_test_util.h"
+#include "zerorun/core/error.h"
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::kernels::test {
@@ -30,6 +31,26 @@ TEST_CASE("every table entry is set and the backend switch routes calls") {
   SetKernelBackend(Backend::kCpu);
   CHECK(&ActiveKernelTable() == &CpuKernelTable());
   SetKernelBackend(before);
+}
+
+TEST_CASE("public entries reject bad arguments, naming the op and the argument") {
+  float buf[64] = {};
+  CHECK_THROWS_WITH_AS(AttentionForward(buf, buf, buf, 1, 2, 6, 4, DType::kF32),
+                       doctest::Contains("AttentionForward: C = 6 is not divisible by NH = 4"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(LayerNormForward(buf, buf, nullptr, buf, nullptr, nullptr, 2, 4, 1e-5f, DType::kF32,
+                                        DType::kF32),
+                       doctest::Contains("LayerNormForward: rstd is null"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(Add(buf, buf, buf, 4, DType::kI32), doctest::Contains("Add: type has dtype int32"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(SoftmaxForward(buf, buf, -1, 4, DType::kF32), doctest::Contains("N = -1"), InvalidArgument);
+  CHECK_THROWS_AS(SwiGluBackward(buf, buf, buf, 2, 2, DType::kF32), InvalidArgument);  // din aliases in
+  CHECK_THROWS_AS(Copy(buf, DType::kF16, buf, DType::kF32, 4), InvalidArgument);       // in-place conversion
+  // Zero sizes are no-ops that accept null pointers.
+  Gemm(Trans::kN, Trans::kN, 0, 3, 3, 1, nullptr, DType::kF32, 3, nullptr, DType::kF32, 3, 0, nullptr, DType::kF32, 3);
+  GeluForward(nullptr, nullptr, 0, DType::kBF16, GeluApprox::kTanh);
+  CHECK(SumSquares(nullptr, 0, DType::kF32) == 0.0);
+  CHECK(AllFinite(nullptr, 0, DType::kF16));
+  CHECK(CrossEntropy(nullptr, nullptr, nullptr, nullptr, 0, 5, DType::kF32, -1, 1.0f).count == 0);
 }
 
 TEST_CASE("cpu kernels called concurrently from several threads give the serial results") {
