@@ -145,12 +145,21 @@ void Engine::BuildGroups() {
     // Collectives run on the communicator's own thread, so buckets always travel during backward.
     ro.overlap = true;
     if (stage <= 1) {
-      ro.mode = zero::GradReduceOptions::Mode::kAllReduce;
+      // Full gradients accumulate locally over micro-steps. Stage 0 all-reduces them; stage 1 reduces
+      // each bucket only to the owners of its elements (reduce-scatter volume), into the owner's
+      // partition of this same buffer.
       gs.flat_grads = Tensor::Zeros({gs.layout.padded_numel}, grad_dtype, Device::CPU(), MemCategory::kGrads);
       for (size_t i = 0; i < pg.params.size(); ++i) {
         pg.params[i]->BindGrad(gs.flat_grads.View(gs.layout.offsets[i], pg.params[i]->shape()));
       }
       gs.own_grads = gs.flat_grads.View(gs.own.begin, {gs.own.size()});
+      if (stage == 0) {
+        ro.mode = zero::GradReduceOptions::Mode::kAllReduce;
+      } else {
+        ro.mode = zero::GradReduceOptions::Mode::kScatter;
+        ro.accumulate_partition = false;
+        gs.part_grads = gs.own_grads;
+      }
     } else {
       ro.mode = zero::GradReduceOptions::Mode::kScatter;
       gs.part_grads = Tensor::Zeros({gs.layout.partition_numel}, grad_dtype, Device::CPU(), MemCategory::kGrads);

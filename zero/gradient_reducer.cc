@@ -45,9 +45,7 @@ GradientReducer::GradientReducer(const FlatGroupLayout& layout, DType grad_dtype
       bucket_of_param_[static_cast<size_t>(s.param)] = static_cast<int>(b);
       st->params_total++;
     }
-    if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
-      st->buffer = full_grads_.View(st->range.begin, {st->range.size()});
-    }
+    if (full_grads_.defined()) st->buffer = full_grads_.View(st->range.begin, {st->range.size()});
     state_.push_back(std::move(st));
   }
 }
@@ -143,12 +141,19 @@ void GradientReducer::Complete(Bucket& b) {
   if (b.received.defined()) {
     Tensor dst = partition_grads_.View(b.owned_piece.begin - layout_.Partition(comm_.rank()).begin,
                                        {b.owned_piece.size()});
-    kernels::Axpy(dst.data(), dst.dtype(), b.received.data(), opt_.comm_dtype, static_cast<float>(post),
-                  b.owned_piece.size());
+    if (opt_.accumulate_partition) {
+      kernels::Axpy(dst.data(), dst.dtype(), b.received.data(), opt_.comm_dtype, static_cast<float>(post),
+                    b.owned_piece.size());
+    } else {
+      kernels::Copy(dst.data(), dst.dtype(), b.received.data(), opt_.comm_dtype, b.owned_piece.size());
+      if (post != 1.0) kernels::Scale(dst.data(), dst.data(), static_cast<float>(post), b.owned_piece.size(), dst.dtype());
+    }
     b.received = Tensor();
   }
-  if (b.buffer.defined()) live_bucket_bytes_ -= static_cast<int64_t>(b.buffer.nbytes());
-  b.buffer = Tensor();
+  if (!full_grads_.defined()) {
+    if (b.buffer.defined()) live_bucket_bytes_ -= static_cast<int64_t>(b.buffer.nbytes());
+    b.buffer = Tensor();
+  }
   b.staging = Tensor();
 }
 
@@ -175,10 +180,10 @@ void GradientReducer::Reset() {
     b->works.clear();
     b->submitted = false;
     b->params_ready = 0;
-    if (opt_.mode == GradReduceOptions::Mode::kScatter) {
+    b->received = Tensor();
+    if (!full_grads_.defined()) {
       if (b->buffer.defined()) live_bucket_bytes_ -= static_cast<int64_t>(b->buffer.nbytes());
       b->buffer = Tensor();
-      b->received = Tensor();
     }
     b->staging = Tensor();
   }

@@ -39,13 +39,18 @@ struct GradReduceOptions {
   bool prescale = false;               // prescale_gradients
   double predivide = 1.0;              // gradient_predivide_factor
   bool overlap = true;                 // submit buckets during backward (false: all at Finish)
+  // kScatter: add the reduced piece into the partition (true: stage 2 accumulates over micro-steps)
+  // or overwrite it (false: stage 1, whose partition is a view of the full gradient buffer).
+  bool accumulate_partition = true;
 };
 
 class GradientReducer {
  public:
   // kAllReduce: `full_grads` is the group's flat gradient buffer (layout.padded_numel elements).
-  // kScatter: `partition_grads` is this rank's partition accumulator (layout.partition_numel elements);
-  // reduced values are ADDED into it. The communicator's size must equal layout.world_size.
+  // kScatter: `partition_grads` (layout.partition_numel elements) receives this rank's reduced piece
+  // of every bucket (added or overwritten, see accumulate_partition); buckets are views of
+  // `full_grads` when it is given (stage 1), transient buffers otherwise (stage 2).
+  // The communicator's size must equal layout.world_size.
   GradientReducer(const FlatGroupLayout& layout, DType grad_dtype, comm::Communicator& comm,
                   const GradReduceOptions& options, Tensor full_grads, Tensor partition_grads);
   ~GradientReducer();
