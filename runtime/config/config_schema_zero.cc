@@ -6,8 +6,6 @@
 namespace zerorun::runtime::config_detail {
 namespace {
 
-constexpr double kI64Max = 9.2233720368547758e18;
-
 void VisitOffloadOptimizer(ConfigVisitor& v, OffloadOptimizerConfig& o) {
   VisitEnum(v, {.key = "device", .doc = "where optimizer state lives: none, cpu or nvme (nvme: stage 3)"}, o.device,
             OffloadDeviceEnum());
@@ -71,7 +69,7 @@ void VisitZero(ConfigVisitor& v, ZeroConfig& z) {
          .alias = "stage3_param_persistence_threshold", .min = 0, .auto_ok = true},
         z.param_persistence_threshold);
   v.Int({.key = "model_persistence_threshold", .doc = "stage 3: cap on the total persistent elements",
-         .alias = "stage3_model_persistence_threshold", .min = 0, .max = kI64Max},
+         .alias = "stage3_model_persistence_threshold", .min = 0},
         z.model_persistence_threshold);
   v.Int({.key = "max_live_parameters", .doc = "stage 3: gathered elements kept at most",
          .alias = "stage3_max_live_parameters", .min = 0},

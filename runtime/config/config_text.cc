@@ -155,7 +155,10 @@ std::string FormatDouble(double d) {
 
 std::string RangeText(const Field& f, bool integer) {
   const bool lo = std::isfinite(f.min), hi = std::isfinite(f.max);
-  auto num = [&](double d) { return integer ? std::to_string(static_cast<int64_t>(d)) : FormatDouble(d); };
+  auto num = [&](double d) {
+    const bool fits = d > -9.2e18 && d < 9.2e18;
+    return integer && fits ? std::to_string(static_cast<int64_t>(d)) : FormatDouble(d);
+  };
   if (lo && hi) return Format(" in {}{}, {}]", f.min_exclusive ? "(" : "[", num(f.min), num(f.max));
   if (lo) return Format(" {} {}", f.min_exclusive ? ">" : ">=", num(f.min));
   if (hi) return Format(" <= {}", num(f.max));
