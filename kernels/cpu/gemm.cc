@@ -118,8 +118,9 @@ void Gemm(const GemmParams& p) {
     // Split rows when there are enough of them, else columns.
     bool split_rows = p.m >= 32 * threads || p.m >= p.n;
     int64_t extent = split_rows ? p.m : p.n;
-    int64_t grain = std::max<int64_t>(split_rows ? 8 : 64,
-                                      static_cast<int64_t>(kMinFlopsPerChunk / (flops / static_cast<double>(extent))));
+    // One chunk per thread: every chunk is one sgemm that packs B again, and bigger calls run faster.
+    int64_t grain = std::max<int64_t>({split_rows ? 8 : 64, (extent + threads - 1) / threads,
+                                       static_cast<int64_t>(kMinFlopsPerChunk / (flops / static_cast<double>(extent)))});
     ParallelFor(0, extent, grain, [&](int64_t b, int64_t e) {
       if (split_rows) {
         GemmBlock(q, a32, p.lda, b32, ldb, c, bias32, b, e, 0, p.n);
