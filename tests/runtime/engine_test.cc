@@ -134,3 +134,41 @@ TEST_CASE("engine: configs that do not fit the model or the world are refused cl
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("slow") {
+
+TEST_CASE("engine: stages 0-2 x worlds 1-4 x fp32/bf16/fp16 x accumulation 1 and 3 match single-rank stage 0") {
+  // Global batch 36 = micro x accumulation x world for every combination.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    RunSpec ref;
+    ref.dtype = dt;
+    ref.micro = 36;
+    ref.steps = 20;
+    RunResult base = Train(ref);
+    const double tol = dt == DType::kF32 ? 2e-4 : 3e-2;
+    for (int stage = 0; stage <= 2; ++stage) {
+      for (int world = 1; world <= 4; ++world) {
+        for (int64_t gas : {1, 3}) {
+          if (stage == 0 && world == 1 && gas == 1) continue;
+          RunSpec s = ref;
+          s.stage = stage;
+          s.world = world;
+          s.gas = gas;
+          s.micro = 36 / (world * gas);
+          CAPTURE(DTypeName(dt));
+          CAPTURE(stage);
+          CAPTURE(world);
+          CAPTURE(gas);
+          RunResult r = Train(s);
+          CHECK(MaxRelDiff(base.losses, r.losses) < tol);
+          for (int rank = 1; rank < world; ++rank) {
+            CHECK(MaxAbsDiff(r.final_params[0], r.final_params[static_cast<size_t>(rank)]) == 0.0);
+          }
+          if (dt == DType::kF32) CHECK(MaxAbsDiff(base.final_params[0], r.final_params[0]) < 2e-4);
+        }
+      }
+    }
+  }
+}
+
+}  // TEST_SUITE
