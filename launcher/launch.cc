@@ -228,6 +228,7 @@ int RunGeneration(const LaunchOptions& opts, const std::string& runner, const Wo
   } else if (runner == "slurm") {
     ChildSpec spec;
     spec.name = "srun";
+    spec.failure_marker = ": Exited with exit code ";  // srun's report of the first failed task
     spec.argv = SrunArgv(opts, world, self, generation);
     spec.env_set = exports;
     spec.env_set.emplace_back("ZERORUN_JOB_TOKEN", token);

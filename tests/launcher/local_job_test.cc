@@ -104,7 +104,9 @@ TEST_CASE("rank killed by a signal: reported with the signal, exit code 128+sign
 
 TEST_CASE("SIGTERM to the launcher: forwarded, every rank and helper gone, exit 143") {
   std::string dir = TempDir("term");
-  Running run = Start({"--num_procs", "3", "--kill_grace", "1", Probe(), "--out", dir, "--sleep", "60", "--spawn_sleeper"});
+  Running run = Start({"--num_procs", "3", "--kill_grace", "1", "--save_pid", Probe(), "--out", dir, "--sleep", "60",
+                       "--spawn_sleeper"});
+  std::string pid_file = "/tmp/" + std::to_string(run.pid) + ".zerorun";
   bool all = true;
   for (int rank = 0; rank < 3; ++rank) all = all && WaitForFile(dir + "/rank" + std::to_string(rank) + ".gen0.txt", 20);
   REQUIRE(all);
@@ -115,10 +117,12 @@ TEST_CASE("SIGTERM to the launcher: forwarded, every rank and helper gone, exit 
     pids.push_back(rec.sleeper);
     CHECK(Alive(rec.pid));
   }
+  CHECK(std::filesystem::exists(pid_file));  // --save_pid
   kill(run.pid, SIGTERM);
   RunResult r = Finish(run, 30);
   INFO(r.output);
   CHECK(r.exit_code == 143);
+  CHECK_FALSE(std::filesystem::exists(pid_file));
   CHECK(r.output.find("SIGTERM") != std::string::npos);
   for (int pid : pids) CHECK_FALSE(Alive(pid));
   CHECK(ProcessesMatching(dir).empty());
