@@ -76,7 +76,7 @@ class Reader final : public ConfigVisitor {
 
   void Bool(const Field& f, bool& v) override {
     const bool before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "a boolean")) {
       if (auto b = ToBool(*j)) v = *b;
       else Mismatch(f, "a boolean", *j);
     }
@@ -84,7 +84,7 @@ class Reader final : public ConfigVisitor {
   }
   void OptBool(const Field& f, std::optional<bool>& v) override {
     const auto before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "a boolean or null")) {
       if (j->IsNull()) v.reset();
       else if (auto b = ToBool(*j)) v = *b;
       else Mismatch(f, "a boolean or null", *j);
@@ -93,14 +93,14 @@ class Reader final : public ConfigVisitor {
   }
   void Int(const Field& f, int64_t& v) override {
     const int64_t before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "an integer" + RangeText(f, true))) {
       if (auto x = ToInt(f, *j)) v = *x;
     }
     IgnoredCheck(f, v != before);
   }
   void OptInt(const Field& f, std::optional<int64_t>& v) override {
     const auto before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "an integer" + RangeText(f, true) + " or null")) {
       if (j->IsNull()) v.reset();
       else if (auto x = ToInt(f, *j)) v = *x;
     }
@@ -108,14 +108,14 @@ class Reader final : public ConfigVisitor {
   }
   void Float(const Field& f, double& v) override {
     const double before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "a number" + RangeText(f, false))) {
       if (auto x = ToFloat(f, *j)) v = *x;
     }
     IgnoredCheck(f, v != before);
   }
   void OptFloat(const Field& f, std::optional<double>& v) override {
     const auto before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "a number" + RangeText(f, false) + " or null")) {
       if (j->IsNull()) v.reset();
       else if (auto x = ToFloat(f, *j)) v = *x;
     }
@@ -123,7 +123,7 @@ class Reader final : public ConfigVisitor {
   }
   void String(const Field& f, std::string& v) override {
     const std::string before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "a string")) {
       if (j->IsString()) v.assign(j->GetString(), j->GetStringLength());
       else Mismatch(f, "a string", *j);
     }
@@ -131,7 +131,7 @@ class Reader final : public ConfigVisitor {
   }
   void OptString(const Field& f, std::optional<std::string>& v) override {
     const auto before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "a string or null")) {
       if (j->IsNull()) v.reset();
       else if (j->IsString()) v = std::string(j->GetString(), j->GetStringLength());
       else Mismatch(f, "a string or null", *j);
@@ -140,21 +140,21 @@ class Reader final : public ConfigVisitor {
   }
   void Enum(const Field& f, int& v, const EnumSpec& spec) override {
     const int before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "one of " + spec.Choices())) {
       if (auto x = ToEnum(f, *j, spec, false)) v = *x;
     }
     IgnoredCheck(f, v != before);
   }
   void OptEnum(const Field& f, std::optional<int>& v, const EnumSpec& spec) override {
     const auto before = v;
-    if (const Value* j = Get(f)) {
+    if (const Value* j = Get(f, "one of " + spec.Choices() + " or null")) {
       if (j->IsNull()) v.reset();
       else if (auto x = ToEnum(f, *j, spec, true)) v = *x;
     }
     IgnoredCheck(f, v != before);
   }
   void FloatList(const Field& f, std::vector<double>& v, size_t exact_len) override {
-    const Value* j = Get(f);
+    const Value* j = Get(f, "a list of numbers");
     if (!j) return;
     if (!j->IsArray() || (exact_len != 0 && j->Size() != exact_len)) {
       Mismatch(f, exact_len ? Format("a list of {} numbers", exact_len) : std::string("a list of numbers"), *j);
@@ -172,7 +172,7 @@ class Reader final : public ConfigVisitor {
     if (ok) v = std::move(out);
   }
   void IntList(const Field& f, std::vector<int64_t>& v) override {
-    const Value* j = Get(f);
+    const Value* j = Get(f, "a list of integers");
     if (!j) return;
     if (!j->IsArray()) {
       Mismatch(f, "a list of integers", *j);
@@ -190,7 +190,7 @@ class Reader final : public ConfigVisitor {
     if (ok) v = std::move(out);
   }
   void StringList(const Field& f, std::vector<std::string>& v) override {
-    const Value* j = Get(f);
+    const Value* j = Get(f, "a list of strings");
     if (!j) return;
     bool ok = j->IsArray();
     if (ok) {
@@ -334,7 +334,7 @@ class Reader final : public ConfigVisitor {
   }
 
   // Lookup for leaf fields: records provenance and handles "auto". Returns the value to convert.
-  const Value* Get(const Field& f) {
+  const Value* Get(const Field& f, const std::string& expected) {
     Provenance prov;
     const Value* j = Lookup(f, &prov);
     const std::string path = Path(f.key);
@@ -346,8 +346,9 @@ class Reader final : public ConfigVisitor {
         out_.auto_paths.insert(path);
         out_.provenance[path] = {Provenance::Kind::kAuto, "\"auto\""};
       } else {
-        Error(f.key, "\"auto\" cannot be resolved for this key by zerorun (nothing to derive it from); write a value"
-                     " or remove the key to use the default");
+        Error(f.key, Format("expected {}; found \"auto\", which zerorun cannot resolve for this key (nothing to derive "
+                            "it from): write a value, or remove the key to use the default",
+                            expected));
       }
       return nullptr;
     }
