@@ -74,6 +74,12 @@ class ConfigLoader {
     if (config_detail::ParseAndRead(text, options.source_name, allow_unknown, config, out)) {
       config_detail::ResolveAndValidate(config, options.world_size, options.hidden_size, out);
     }
+    if (out.suppressed_errors > 0) {
+      out.errors.push_back({"", Format("... and {} more problems not shown", out.suppressed_errors)});
+    }
+    if (out.suppressed_warnings > 0) {
+      out.warnings.push_back({"", Format("... and {} more warnings not shown", out.suppressed_warnings)});
+    }
     if (!out.errors.empty()) throw ConfigLoadError(options.source_name, std::move(out.errors), std::move(out.warnings));
     config.warnings_ = std::move(out.warnings);
     config.provenance_ = std::move(out.provenance);

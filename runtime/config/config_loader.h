@@ -17,8 +17,18 @@ struct Collected {
   std::map<std::string, Provenance> provenance;  // by dotted path
   std::set<std::string> auto_paths;              // keys given as "auto" and accepted for resolution
   std::set<std::string> given;                   // paths present in the input (leaves and sections)
-  void Error(std::string path, std::string message) { errors.push_back({std::move(path), std::move(message)}); }
-  void Warn(std::string path, std::string message) { warnings.push_back({std::move(path), std::move(message)}); }
+  size_t suppressed_errors = 0;    // beyond kMaxIssues
+  size_t suppressed_warnings = 0;
+  static constexpr size_t kMaxIssues = 200;  // bounds time and output on absurd inputs
+  bool ErrorsFull() const { return errors.size() >= kMaxIssues; }
+  void Error(std::string path, std::string message) {
+    if (ErrorsFull()) ++suppressed_errors;
+    else errors.push_back({std::move(path), std::move(message)});
+  }
+  void Warn(std::string path, std::string message) {
+    if (warnings.size() >= kMaxIssues) ++suppressed_warnings;
+    else warnings.push_back({std::move(path), std::move(message)});
+  }
 };
 
 // Parses `text` (comments and trailing commas allowed, NaN/Infinity not) and reads it into `body`.

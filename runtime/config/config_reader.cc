@@ -474,6 +474,11 @@ class Reader final : public ConfigVisitor {
       const std::string key(m.name.GetString(), m.name.GetStringLength());
       if (fr.consumed.count(key)) continue;
       const std::string path = JoinPath(fr.path, key);
+      if (allow_unknown_ ? out_.warnings.size() >= Collected::kMaxIssues : out_.ErrorsFull()) {
+        if (allow_unknown_) out_.Warn(path, "");  // full: only counted
+        else out_.Error(path, "");
+        continue;
+      }
       std::string msg = Format("unknown key {}", Quote(key));
       const std::string hint = SuggestKey(key, fr.known);
       if (!hint.empty()) {

@@ -211,3 +211,19 @@ TEST_SUITE("unit") {
     CHECK_THROWS_AS(rt::LoadConfigFile("/tmp"), zerorun::IoError);
   }
 }
+
+TEST_SUITE("unit") {
+  TEST_CASE("absurd inputs: problems are capped at 200 plus a count; many unknown keys stay fast") {
+    std::string j = "{\"train_batch_size\": 8";
+    for (int i = 0; i < 20000; ++i) j += ", \"k" + std::to_string(i) + "\": 1";
+    j += "}";
+    auto e = Errors(j);
+    REQUIRE(e.size() == 201);
+    CHECK(e.back().path.empty());
+    CHECK(e.back().message == "... and 19800 more problems not shown");
+    rt::LoadOptions o = Opts();
+    o.allow_unknown_keys = true;
+    const rt::Config c = rt::LoadConfigString(j, o);
+    CHECK(c.warnings().size() == 201);
+  }
+}
