@@ -356,7 +356,15 @@ int Launch(const LaunchOptions& in) {
       ZR_WARN("the process that started this node's launcher is gone; not starting node {}", opts.node_rank);
       return 128 + SIGTERM;
     }
-    if (opts.env_from_stdin) ReadEnvPreamble();
+    if (opts.env_from_stdin) {
+      ReadEnvPreamble();
+      pollfd p{0, POLLIN, 0};  // stopped already (another node failed while we were connecting)?
+      char c;
+      if (poll(&p, 1, 0) == 1 && read(0, &c, 1) == 0) {
+        ZR_WARN("the launcher stopped the job before node {} started; not starting it", opts.node_rank);
+        return 128 + SIGTERM;
+      }
+    }
     if (opts.node_rank >= static_cast<int>(world.nodes.size())) {
       ZR_THROW(InvalidArgument, "--node_rank {} is out of range: the job has {} node(s)", opts.node_rank, world.nodes.size());
     }

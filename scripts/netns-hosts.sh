@@ -44,6 +44,7 @@ sshd=$(command -v sshd || echo /usr/sbin/sshd)
 [ -x "$sshd" ] || { echo "netns-hosts: sshd not found (Debian package openssh-server)"; exit 3; }
 command -v ssh >/dev/null || { echo "netns-hosts: ssh not found (Debian package openssh-client)"; exit 3; }
 
+down "$dir"  # leftovers of an earlier run with the same TAG
 mkdir -p "$dir" /run/sshd
 chmod 700 "$dir"
 trap 'down "$dir"' ERR
