@@ -256,6 +256,8 @@ std::string Communicator::DescribeStall(const OpDesc& op) {
   if (!heartbeat_store_) return "";
   std::vector<std::string> missing, stalled;
   double now = UnixMs();
+  // Heartbeats come every 0.5 s; call a rank stalled after a few missed ones (but within the timeout).
+  const double stale_ms = std::clamp(static_cast<double>(timeout_.count()) / 2, 1500.0, 5000.0);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     std::string key = Format("hb/{}", r);
@@ -275,8 +277,9 @@ std::string Communicator::DescribeStall(const OpDesc& op) {
     double ms = 0;
     is >> seq >> opname >> ms;
     if (seq < op.seq) {
-      missing.push_back(Format("{} (last called {} #{})", PeerName(r), opname, seq));
-    } else if (now - ms > 5000) {
+      missing.push_back(seq == 0 ? Format("{} (reported no collective yet)", PeerName(r))
+                                 : Format("{} (last reported {} #{})", PeerName(r), opname, seq));
+    } else if (now - ms > stale_ms) {
       stalled.push_back(Format("{} (no heartbeat for {} s)", PeerName(r), static_cast<int64_t>((now - ms) / 1000)));
     }
   }
@@ -404,15 +407,17 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
       }
     }
   }
+  {  // before the Work completes, so a caller that saw it complete never finds the op running
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+  }
+  cv_.notify_all();
   {
     std::lock_guard<std::mutex> lock(w->mu);
     w->done = true;
     w->error = err;
   }
   w->cv.notify_all();
-  std::lock_guard<std::mutex> lock(mu_);
-  --running_;
-  cv_.notify_all();
 }
 
 void Communicator::ExecutorLoop() {
@@ -446,6 +451,7 @@ void Communicator::ExecutorLoop() {
         Execute(op);
       } catch (const std::exception& e) {
         err = std::current_exception();
+        if (!aborted_.load()) ZR_ERROR("{}", e.what());
         Abort(Format("{} failed: {}", next->work->what, e.what()));
       }
       if (!err && op.poll) {
@@ -668,12 +674,16 @@ Work Communicator::Broadcast(const Tensor& t, int root) {
   return Broadcast(t.data(), static_cast<size_t>(t.numel()), t.dtype(), root);
 }
 
+std::vector<int64_t> Communicator::AllGatherHost(const std::vector<int64_t>& mine, int split_id) {
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(size_));
+  AllGather(mine.data(), all.data(), mine.size(), DType::kI64).Wait();
+  return all;
+}
+
 std::unique_ptr<Communicator> Communicator::Split(int color, int key) {
   // Everyone shares (color, key); members of one color are ordered by (key, old rank).
-  std::vector<int64_t> mine = {color, key};
-  std::vector<int64_t> all(2 * static_cast<size_t>(size_));
-  AllGather(mine.data(), all.data(), 2, DType::kI64).Wait();
   int split_id = ++split_count_;
+  std::vector<int64_t> all = AllGatherHost({color, key}, split_id);
   if (color < 0) return nullptr;
   std::vector<std::pair<int64_t, int>> order;
   for (int r = 0; r < size_; ++r) {

@@ -217,6 +217,9 @@ class Communicator {
   // in rank order of the new group; `new_name` is unique per split and color).
   virtual std::unique_ptr<Communicator> CreateSubgroup(const std::string& new_name,
                                                        const std::vector<int>& members, int new_rank) = 0;
+  // Split's membership exchange: every rank's `mine` concatenated in rank order. The default runs
+  // AllGather on host memory; device-memory backends override it (e.g. through the store).
+  virtual std::vector<int64_t> AllGatherHost(const std::vector<int64_t>& mine, int split_id);
   // Lets the backend drive its transport while p2p ops are pending and nothing else runs.
   virtual void Progress() {}
   // Text appended to a timeout message (e.g. "waiting for rank 3 (host h); ranks that did not
@@ -239,6 +242,9 @@ class Communicator {
  public:
   // For the monitor: the last sequence number this rank submitted, and the op's name.
   std::string HeartbeatValue() const;
+  // Keeps `resource` alive as long as this communicator, released after the backend is torn down
+  // (InitFromEnv attaches the store server, store client and monitor to the world communicator).
+  void AttachResource(std::shared_ptr<void> resource) { resources_.push_back(std::move(resource)); }
 
  private:
   friend class Work;
@@ -251,6 +257,7 @@ class Communicator {
   int rank_;
   int size_;
   Millis timeout_;
+  std::vector<std::shared_ptr<void>> resources_;  // outlives the backend (members die after ~Derived)
   std::vector<std::string> hosts_;
   std::shared_ptr<Store> heartbeat_store_;
 

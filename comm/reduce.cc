@@ -19,12 +19,15 @@ void ReduceTyped(T* out, const T* a, const T* b, size_t n, ReduceOp op, int divi
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
+#pragma GCC ivdep
       for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
       break;
     case ReduceOp::kMax:
+#pragma GCC ivdep
       for (size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
       break;
     case ReduceOp::kMin:
+#pragma GCC ivdep
       for (size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
       break;
   }

@@ -205,7 +205,11 @@ void TcpStore::Connect() {
 
 TcpStore::Reply TcpStore::Call(const std::string& request, const std::string& key, Millis reply_timeout) {
   const std::string where = Describe();
-  if (fd_ < 0) Connect();
+  if (fd_ < 0) {
+    // A lost or desynchronised connection is not silently replaced: the server may be gone, and
+    // this client's on-disconnect registration died with the old connection.
+    ZR_THROW(CommError, "store {}: the connection was lost earlier (key {})", where, key);
+  }
   double deadline = NowSeconds() + std::chrono::duration<double>(reply_timeout).count();
   auto fail = [&](IoResult r, const char* phase) {
     ::close(fd_);

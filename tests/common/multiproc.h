@@ -40,6 +40,9 @@ struct MultiprocOptions {
   std::map<std::string, std::string> env;
   // Per-rank additions, called in the parent before each fork.
   std::function<void(int rank, std::map<std::string, std::string>& env)> rank_env;
+  // When >= 0: once some rank has exited, ranks still running this many seconds later are SIGKILLed
+  // (for tests that SIGSTOP a rank on purpose and only care about the others).
+  double linger_s = -1;
   // MASTER_PORT; 0 picks a free port.
   int master_port = 0;
   std::string job_token = "multiproc-test-token";
@@ -100,7 +103,7 @@ inline std::vector<RankResult> RunMultiproc(const MultiprocOptions& options,
     try {
       body(rank, world);
     } catch (const std::exception& e) {
-      FAIL_CHECK("rank " << rank << ": uncaught exception: " << e.what());
+      FAIL_CHECK("rank " << rank << ": uncaught exception: " << std::string(e.what()));
     }
     return {};
   }
@@ -140,6 +143,7 @@ inline std::vector<RankResult> RunMultiproc(const MultiprocOptions& options,
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options.deadline_s);
   int remaining = options.world_size;
+  auto first_exit = std::chrono::steady_clock::time_point::max();
   while (remaining > 0) {
     for (auto& res : results) {
       if (res.exited || res.term_signal || res.pid <= 0) continue;
@@ -153,16 +157,19 @@ inline std::vector<RankResult> RunMultiproc(const MultiprocOptions& options,
           res.term_signal = WTERMSIG(status);
         }
         --remaining;
+        first_exit = std::min(first_exit, std::chrono::steady_clock::now());
       }
     }
     if (remaining == 0) break;
-    if (std::chrono::steady_clock::now() > deadline) {
+    const bool lingered = options.linger_s >= 0 && first_exit != std::chrono::steady_clock::time_point::max() &&
+                          std::chrono::steady_clock::now() > first_exit + std::chrono::duration<double>(options.linger_s);
+    if (lingered || std::chrono::steady_clock::now() > deadline) {
       for (auto& res : results) {
         if (res.exited || res.term_signal || res.pid <= 0) continue;
         ::kill(res.pid, SIGKILL);
         int status = 0;
         ::waitpid(res.pid, &status, 0);
-        res.timed_out = true;
+        res.timed_out = !lingered;
         res.term_signal = SIGKILL;
       }
       break;
