@@ -157,6 +157,13 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
 #endif
   }
   comm->AttachResource(session);
+  // Everyone is connected before the first collective's clock starts.
+  session->gen_store->Set(Format("ready/{}", rank), "1");
+  for (int first = 0; first < world; first += static_cast<int>(kStoreMaxKeysPerWait)) {
+    std::vector<std::string> keys;
+    for (int r = first; r < std::min(world, first + static_cast<int>(kStoreMaxKeysPerWait)); ++r) keys.push_back(Format("ready/{}", r));
+    session->gen_store->Wait(keys, connect_timeout);
+  }
   ZR_DEBUG("world communicator ready: backend {}, rank {}/{}, store {}:{}", backend, rank, world, addr, port);
   return comm;
 }
