@@ -158,6 +158,7 @@ std::vector<int> ParseRangeList(const std::string& text) {
                                               ParseNonNegative(item.substr(dash + 1), &hi);
     if (!ok) ZR_THROW(InvalidArgument, "core list '{}': '{}' is not N or N-M", text, item);
     if (hi < lo) ZR_THROW(InvalidArgument, "core list '{}': range '{}' descends", text, item);
+    if (hi - lo >= (1 << 16)) ZR_THROW(InvalidArgument, "core list '{}': range '{}' is implausibly large", text, item);
     if (!out.empty() && lo <= out.back()) {
       ZR_THROW(InvalidArgument, "core list '{}': '{}' overlaps or comes before {} (items must ascend)", text,
                item, out.back());

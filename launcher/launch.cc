@@ -329,7 +329,9 @@ int Launch(const LaunchOptions& in) {
   LaunchOptions opts = in;
   // Inside an srun step or an mpirun job with several tasks, and nothing else asked for: be one rank.
   if (opts.from_env.empty() && opts.launcher.empty() && opts.node_rank < 0 && !opts.hostfile_given) {
-    if (!Getenv("SLURM_STEP_ID").empty() && !Getenv("SLURM_PROCID").empty() && std::atoi(Getenv("SLURM_NTASKS").c_str()) > 1) {
+    // (A batch script has SLURM_NTASKS and SLURM_PROCID but no SLURM_STEP_ID: it stays a driver.)
+    std::string step_tasks = Getenv("SLURM_STEP_NUM_TASKS").empty() ? Getenv("SLURM_NTASKS") : Getenv("SLURM_STEP_NUM_TASKS");
+    if (!Getenv("SLURM_STEP_ID").empty() && !Getenv("SLURM_PROCID").empty() && std::atoi(step_tasks.c_str()) > 1) {
       opts.from_env = "slurm";
     } else if (std::atoi(Getenv("OMPI_COMM_WORLD_SIZE").c_str()) > 1) {
       opts.from_env = "openmpi";
@@ -589,8 +591,11 @@ std::vector<std::string> ExpandHostlist(const std::string& text) {
 StepPlace PlaceFromSlurm(const EnvList& env) {
   StepPlace p;
   p.rank = ParseIntVar(env, "SLURM_PROCID", true, 0);
-  p.world_size = EnvGet(env, "SLURM_NTASKS") != nullptr ? ParseIntVar(env, "SLURM_NTASKS", true, 1)
-                                                         : ParseIntVar(env, "SLURM_NPROCS", true, 1);
+  // The step's size (an srun inside a larger allocation may use fewer tasks than SLURM_NTASKS says).
+  const char* size_var = EnvGet(env, "SLURM_STEP_NUM_TASKS") != nullptr ? "SLURM_STEP_NUM_TASKS"
+                         : EnvGet(env, "SLURM_NTASKS") != nullptr       ? "SLURM_NTASKS"
+                                                                        : "SLURM_NPROCS";
+  p.world_size = ParseIntVar(env, size_var, true, 1);
   p.local_rank = ParseIntVar(env, "SLURM_LOCALID", true, 0);
   p.node_rank = ParseIntVar(env, "SLURM_NODEID", true, 0);
   p.num_nodes = ParseIntVar(env, "SLURM_STEP_NUM_NODES", false, ParseIntVar(env, "SLURM_NNODES", false, 1));

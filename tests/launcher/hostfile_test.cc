@@ -98,6 +98,7 @@ TEST_CASE("range lists (case 63)") {
   CHECK_THROWS_AS(ParseRangeList("1,6-2"), InvalidArgument);
   CHECK_THROWS_AS(ParseRangeList("1,,2"), InvalidArgument);
   CHECK_THROWS_AS(ParseRangeList("a"), InvalidArgument);
+  CHECK_THROWS_AS(ParseRangeList("0-999999999"), InvalidArgument);
   CHECK(FormatRangeList({0, 1, 2, 5, 7, 8}) == "0-2,5,7,8");
   CHECK(FormatRangeList({}) == "");
 }

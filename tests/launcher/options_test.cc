@@ -259,6 +259,8 @@ TEST_CASE("slurm and openmpi placement from their variables") {
   CHECK(p.num_nodes == 4);
   CHECK(p.first_host == "gpu07");
   CHECK_THROWS_WITH_AS(PlaceFromSlurm({}), doctest::Contains("SLURM_PROCID"), InvalidArgument);
+  slurm.emplace_back("SLURM_STEP_NUM_TASKS", "6");  // a step smaller than the allocation
+  CHECK(PlaceFromSlurm(slurm).world_size == 6);
   StepPlace m = PlaceFromOpenmpi({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
   CHECK(m.node_rank == 1);
