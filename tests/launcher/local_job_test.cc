@@ -51,6 +51,21 @@ TEST_CASE("local job: every rank gets the whole environment contract and its arg
   std::filesystem::remove_all(dir2);
 }
 
+TEST_CASE("local job: a real rendezvous and all-reduce through the environment the launcher sets") {
+  std::string dir = TempDir("comm");
+  std::string port = std::to_string(30000 + getpid() % 20000);  // rank 0 listens here: avoid fixed ports
+  RunResult r = Run({"--num_procs", "3", "--master_port", port, BinDir() + "/zr_comm_probe", "--out", dir}, 120);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ifstream in(dir + "/comm" + std::to_string(rank) + ".txt");
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "ok 3 6");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("local job: GPU slots set CUDA_VISIBLE_DEVICES, --no_local_rank, .zerorun_env entries") {
   std::string dir = TempDir("gpu");
   std::string env_file = dir + "/envfile";

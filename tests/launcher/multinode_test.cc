@@ -103,6 +103,20 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, failure tear
   CHECK(ReadRecord(out, 0).netns != ReadRecord(out, 2).netns);
   CHECK(r.output.find(token) == std::string::npos);
 
+  // 1b. A real distributed job: rendezvous through rank 0's store at MASTER_ADDR:MASTER_PORT with the
+  // job token, then all-reduces over UCX between the namespaces (zr_comm_probe; later zerorun-train).
+  std::string comm_out = hosts.dir + "/comm";
+  std::filesystem::create_directories(comm_out);
+  RunResult c = Run(hosts.Args({"--num_procs", "2", "--master_port", "29615", BinDir() + "/zr_comm_probe", "--out", comm_out}), 120);
+  INFO(c.output);
+  CHECK(c.exit_code == 0);
+  for (int rank = 0; rank < 4; ++rank) {
+    std::ifstream in(comm_out + "/comm" + std::to_string(rank) + ".txt");
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "ok 4 10");
+  }
+
   // 2. Rank 3 (node 1) fails: exit code propagated, node 0's ranks stopped too, nothing left.
   std::string out2 = hosts.dir + "/out2";
   std::filesystem::create_directories(out2);
