@@ -16,7 +16,23 @@ namespace zerorun::runtime {
 class Engine::Observer final : public nn::ModuleObserver {
  public:
   explicit Observer(Engine& e) : e_(e) {}
+
+  // ---- stage 3: gather a module's parameters around its windows, release after ---------------
+  void PreForward(nn::Module& m, bool) override {
+    if (e_.zero_stage() == 3) Gather(m, /*backward=*/false);
+  }
+  void PostForward(nn::Module& m, bool) override {
+    if (e_.zero_stage() == 3) Release(m);
+  }
+  void PostBackward(nn::Module& m) override {
+    if (e_.zero_stage() == 3) Release(m);
+  }
+
   void PreBackward(nn::Module& m) override {
+    if (e_.zero_stage() == 3) {
+      Gather(m, /*backward=*/true);
+      return;
+    }
     if (e_.zero_stage() < 2) return;
     // Stage 2: gradients live in transient bucket buffers; bind them before the layer adds into them.
     for (nn::Parameter* p : m.DirectParameters()) {
@@ -27,6 +43,17 @@ class Engine::Observer final : public nn::ModuleObserver {
     }
   }
   void GradsReady(nn::Module&, const std::vector<nn::Parameter*>& params) override {
+    if (e_.zero_stage() == 3) {
+      for (nn::Parameter* p : params) {
+        auto it = e_.impl_->param_id.find(p);
+        if (it == e_.impl_->param_id.end()) continue;
+        Tensor& full = e_.impl_->full_grads[static_cast<size_t>(it->second)];
+        e_.impl_->coord->ReduceGrad(it->second, full);
+        full = Tensor();
+        p->ReleaseGrad();
+      }
+      return;
+    }
     if (!e_.impl_->reducing) return;
     for (nn::Parameter* p : params) {
       auto it = e_.impl_->where.find(p);
@@ -36,6 +63,43 @@ class Engine::Observer final : public nn::ModuleObserver {
   }
 
  private:
+  void Gather(nn::Module& m, bool backward) {
+    Impl& im = *e_.impl_;
+    std::vector<std::pair<nn::Parameter*, int>> owned;
+    std::vector<int> ids;
+    for (nn::Parameter* p : m.DirectParameters()) {
+      auto it = im.param_id.find(p);
+      if (it == im.param_id.end()) continue;
+      owned.emplace_back(p, it->second);
+      ids.push_back(it->second);
+    }
+    if (ids.empty()) return;
+    auto [mit, inserted] = im.module_id.try_emplace(&m, static_cast<int>(im.module_id.size()));
+    im.coord->Enter(mit->second * 2 + (backward ? 1 : 0), ids);
+    for (auto [p, id] : owned) {
+      p->BindData(im.coord->Acquire(id).Reshape(p->shape()));
+      p->SetAvailable(true);
+      if (backward && p->requires_grad()) {
+        Tensor& full = im.full_grads[static_cast<size_t>(id)];
+        if (!full.defined()) {  // a tied parameter keeps its gradient across its modules' backwards
+          full = Tensor::Zeros(p->shape(), e_.config_.GradAccumDType(), Device::CPU(), MemCategory::kBuckets);
+        }
+        p->BindGrad(full);
+      }
+    }
+  }
+  void Release(nn::Module& m) {
+    Impl& im = *e_.impl_;
+    for (nn::Parameter* p : m.DirectParameters()) {
+      auto it = im.param_id.find(p);
+      if (it == im.param_id.end()) continue;
+      if (!im.coord->Release(it->second)) {
+        p->ReleaseData();
+        p->SetAvailable(false);
+      }
+    }
+  }
+
   Engine& e_;
 };
 
@@ -60,6 +124,7 @@ Engine::~Engine() {
     for (auto& g : impl_->groups) {
       if (g.reducer) g.reducer->Reset();
     }
+    if (impl_->coord) impl_->coord->Reset();
   }
 }
 
@@ -73,10 +138,6 @@ void Engine::Init() {
              comm_->size(), comm_->size());
   }
   const int stage = zero_stage();
-  if (stage > 2) {
-    ZR_THROW(ConfigError, "zero_optimization.stage: ZeRO stage {} is not implemented yet (stages 0, 1 and 2 are)",
-             stage);
-  }
   if (config_.zero_optimization.OptimizerOffload() != OffloadDevice::kNone ||
       config_.zero_optimization.ParamOffload() != OffloadDevice::kNone) {
     ZR_THROW(ConfigError, "zero_optimization.offload_optimizer / offload_param: offload is not implemented yet");
@@ -115,6 +176,7 @@ void Engine::Init() {
 }
 
 void Engine::BuildGroups() {
+  if (zero_stage() == 3) return BuildGroupsStage3();
   const int world = comm_->size();
   const int rank = comm_->rank();
   const int stage = zero_stage();
@@ -168,6 +230,10 @@ void Engine::BuildGroups() {
     gs.reducer = std::make_unique<zero::GradientReducer>(gs.layout, grad_dtype, *comm_, ro, gs.flat_grads,
                                                          gs.part_grads);
     gs.own_params = gs.flat_params.View(gs.own.begin, {gs.own.size()});
+    for (zero::ParamSlice sl : zero::ParamsIn(gs.layout, gs.own)) {
+      sl.flat_offset -= gs.own.begin;
+      gs.own_slices.push_back(sl);
+    }
     if (master_copy) {
       gs.master = Tensor::Empty({gs.own.size()}, DType::kF32, Device::CPU(), MemCategory::kMaster);
       gs.master.CopyFrom(gs.own_params);
@@ -194,9 +260,7 @@ void Engine::BuildOptimizer() {
     spec.hyper.weight_decay = pg.weight_decay ? pg.weight_decay_value.value_or(base.weight_decay) : 0.0;
     if (oo.type == OptimizerType::kLamb) {
       // Per-tensor pieces of this rank's range (tensor id = index in the group).
-      for (const zero::ParamSlice& s : zero::ParamsIn(gs.layout, gs.own)) {
-        spec.pieces.push_back({s.flat_offset - gs.own.begin, s.numel, s.param});
-      }
+      for (const zero::ParamSlice& s : gs.own_slices) spec.pieces.push_back({s.flat_offset, s.numel, s.param});
       spec.num_tensors = static_cast<int64_t>(pg.params.size());
     }
     specs.push_back(std::move(spec));
@@ -220,6 +284,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   ScopedTimer timer(timers_, "forward");
   model_.Train();
   impl_->reducing = zero_stage() >= 2 || IsGradientAccumulationBoundary();
+  if (impl_->coord) impl_->coord->BeginPass();
   last_loss_ = model_.ForwardLoss(inputs, targets);
   forward_pending_ = true;
   return last_loss_;
@@ -233,7 +298,10 @@ void Engine::Backward() {
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
   try {
     model_.BackwardLoss(static_cast<float>(impl_->scaler.scale() / gas));
-    if (zero_stage() >= 2) {
+    if (zero_stage() == 3) {
+      ScopedTimer reduce_timer(timers_, "backward_allreduce");
+      impl_->coord->FinishGrads();
+    } else if (zero_stage() == 2) {
       // Stage 2 reduces every micro-step into the partition accumulators.
       ScopedTimer reduce_timer(timers_, "backward_allreduce");
       for (auto& g : impl_->groups) g.reducer->Finish();
@@ -243,7 +311,10 @@ void Engine::Backward() {
       }
     }
   } catch (...) {
-    for (auto& g : impl_->groups) g.reducer->Reset();
+    for (auto& g : impl_->groups) {
+      if (g.reducer) g.reducer->Reset();
+    }
+    if (impl_->coord) impl_->coord->Reset();
     throw;
   }
 }
@@ -278,6 +349,21 @@ std::vector<std::pair<double, double>> Engine::GetMomentum() const {
   for (int g = 0; g < impl_->optimizer->NumGroups(); ++g) {
     std::vector<double> m = impl_->optimizer->Momentum(g);
     out.emplace_back(m.empty() ? 0.0 : m[0], m.size() > 1 ? m[1] : 0.0);
+  }
+  return out;
+}
+
+std::vector<Tensor> Engine::GatherParameters() {
+  ScopedMemoryAccount scope(&account_);
+  std::vector<Tensor> out;
+  for (nn::Parameter* p : model_.Parameters()) {
+    auto it = impl_->param_id.find(p);
+    if (it == impl_->param_id.end()) {
+      out.push_back(p->engine_data().Clone(MemCategory::kOther));
+      continue;
+    }
+    out.push_back(impl_->coord->Acquire(it->second).Reshape(p->shape()).Clone(MemCategory::kOther));
+    impl_->coord->Release(it->second);
   }
   return out;
 }

@@ -79,6 +79,10 @@ class Engine {
   // Zeroes the accumulated gradients (Step() does it after every boundary).
   void ZeroGrad();
 
+  // The full value of every parameter of the model (model().Parameters() order), as new CPU tensors.
+  // At stage 3 this gathers the shards: a collective that every rank must call.
+  std::vector<Tensor> GatherParameters();
+
   // ---- state ---------------------------------------------------------------------------------
   int64_t global_steps() const { return global_steps_; }
   int64_t global_samples() const { return global_samples_; }
@@ -119,6 +123,7 @@ class Engine {
 
   void Init();
   void BuildGroups();
+  void BuildGroupsStage3();
   void BuildOptimizer();
   void LogProgress();
   StepResult BoundaryStep();

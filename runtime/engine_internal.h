@@ -15,6 +15,7 @@
 #include "zerorun/runtime/monitor.h"
 #include "zerorun/runtime/optim/optimizer.h"
 #include "zerorun/zero/gradient_reducer.h"
+#include "zerorun/zero/param_coordinator.h"
 #include "zerorun/zero/partition.h"
 
 namespace zerorun::runtime {
@@ -28,7 +29,11 @@ struct Engine::GroupState {
   Tensor own_grads;       // (own.size()) the gradients the optimizer reads
   Tensor own_params;      // (own.size()) view of flat_params
   Tensor master;          // (own.size()) fp32 master weights (= own_params for fp32 training)
-  std::unique_ptr<zero::GradientReducer> reducer;
+  std::unique_ptr<zero::GradientReducer> reducer;  // stages 0-2
+  std::vector<int64_t> shard_offsets;               // stage 3: each parameter's shard in the partition
+  // The pieces of the group's parameters inside this rank's range, flat_offset relative to own.begin
+  // (overflow attribution, Lamb's per-tensor norms).
+  std::vector<zero::ParamSlice> own_slices;
 };
 
 struct Engine::Impl {
@@ -40,6 +45,12 @@ struct Engine::Impl {
   std::unique_ptr<nn::ModuleObserver> observer;
   std::unique_ptr<CsvMonitor> monitor;
   bool reducing = false;                   // this backward reduces its gradients
+  // Stage 3: the coordinator over every trainable parameter (id = position in group order), the
+  // modules' ids for its trace, and each parameter's transient full gradient during backward.
+  std::unique_ptr<zero::ParamCoordinator> coord;
+  std::unordered_map<nn::Parameter*, int> param_id;
+  std::unordered_map<const nn::Module*, int> module_id;
+  std::vector<Tensor> full_grads;
   std::vector<double> step_losses;         // losses of the micro-steps of the current window
 };
 

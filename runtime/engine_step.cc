@@ -24,9 +24,9 @@ bool Engine::CheckOverflow(std::vector<std::string>* bad_params) {
     // Name the first parameters (in flat order) whose gradients on this rank are not finite.
     for (size_t gi = 0; gi < impl_->groups.size() && bad_params->size() < 8; ++gi) {
       auto& g = impl_->groups[gi];
-      for (const zero::ParamSlice& s : zero::ParamsIn(g.layout, g.own)) {
+      for (const zero::ParamSlice& s : g.own_slices) {
         const char* base = static_cast<const char*>(g.own_grads.data()) +
-                           static_cast<size_t>(s.flat_offset - g.own.begin) * DTypeSize(g.own_grads.dtype());
+                           static_cast<size_t>(s.flat_offset) * DTypeSize(g.own_grads.dtype());
         if (!kernels::AllFinite(base, s.numel, g.own_grads.dtype())) {
           bad_params->push_back(groups_[gi].params[static_cast<size_t>(s.param)]->name());
           if (bad_params->size() >= 8) break;
@@ -89,7 +89,10 @@ StepResult Engine::BoundaryStep() {
       }
       opt.Step(static_cast<int>(gi), span);
     }
-    if (zero_stage() >= 1 && world_size() > 1) {
+    if (zero_stage() == 3) {
+      ScopedTimer timer(timers_, "allgather");
+      impl_->coord->RefreshPersistent();  // the others are gathered by the next forward
+    } else if (zero_stage() >= 1 && world_size() > 1) {
       ScopedTimer timer(timers_, "allgather");
       std::vector<comm::Work> works;
       for (auto& g : impl_->groups) {

@@ -77,6 +77,8 @@ class Parameter {
   // Drops the grad binding (the engine's transient gradient buckets, ZeRO stage 2): grad() fails
   // until the next BindGrad/AllocateGrad.
   void ReleaseGrad() { grad_ = Tensor(); }
+  // Drops the data binding (ZeRO stage 3 between a module's windows; pair with SetAvailable(false)).
+  void ReleaseData() { data_ = Tensor(); }
   // Allocates data (MemCategory::kParams) / grad (kGrads, zeroed) if not bound yet.
   void AllocateData(Device device = Device::CPU());
   void AllocateGrad(Device device = Device::CPU());

@@ -13,19 +13,21 @@ using namespace zrtest;
 
 TEST_SUITE("unit") {
 
-TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step") {
-  for (int stage = 0; stage <= 2; ++stage) {
+TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") {
+  for (int stage = 0; stage <= 3; ++stage) {
     for (int world = 2; world <= 4; ++world) {
       CAPTURE(stage);
       CAPTURE(world);
       std::mutex mu;
-      int64_t reduce_bytes = 0, gather_bytes = 0, allreduce_bytes = 0, psi = 0, padded = 0;
+      int64_t reduce_bytes = 0, gather_bytes = 0, allreduce_bytes = 0, rs_bytes = 0, psi = 0, padded = 0;
+      int64_t tied_padded = 0;
       const int steps = 3;
       comm::RunLocalRanks(world, [&](comm::Communicator& c) {
         RunSpec s;
         s.world = world;
         s.stage = stage;
         s.micro = 2;
+        s.zero_json = R"(, "stage3_param_persistence_threshold": 0)";
         runtime::LoadOptions lo;
         lo.world_size = world;
         lo.log_warnings = false;
@@ -45,11 +47,16 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step") {
         reduce_bytes += st[comm::OpType::kReduce].bytes_sent;
         gather_bytes += st[comm::OpType::kAllGather].bytes_sent;
         allreduce_bytes += st[comm::OpType::kAllReduce].bytes_sent;
+        rs_bytes += st[comm::OpType::kReduceScatter].bytes_sent;
         if (c.rank() == 0) {
           for (const auto& g : engine.param_groups()) {
             std::vector<int64_t> numels;
-            for (auto* p : g.params) numels.push_back(p->numel());
-            padded += zero::LayoutFlatGroup(numels, world).padded_numel;
+            for (auto* p : g.params) {
+              numels.push_back(p->numel());
+              if (stage == 3) padded += zero::ShardParamStage3(p->numel(), world, 0).padded_numel;
+              if (p->name() == "wte.weight") tied_padded = zero::ShardParamStage3(p->numel(), world, 0).padded_numel;
+            }
+            if (stage < 3) padded += zero::LayoutFlatGroup(numels, world).padded_numel;
           }
           psi = engine.num_parameters();
         }
@@ -62,6 +69,12 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step") {
         CHECK(static_cast<double>(allreduce_bytes) == doctest::Approx(want).epsilon(0.01));
         CHECK(reduce_bytes == 0);
         CHECK(gather_bytes == 0);
+      } else if (stage == 3) {
+        // Parameters gathered in forward and again in backward (2Ψ), gradients reduce-scattered (Ψ).
+        // The tied embedding is used by two modules, so it is gathered twice in each direction.
+        CHECK(rs_bytes == (world - 1) * padded * elem * steps);
+        CHECK(gather_bytes == (world - 1) * (2 * padded + 2 * tied_padded) * elem * steps);
+        CHECK(reduce_bytes == 0);
       } else {
         // Each element reduced once to its owner: (N-1)Ψ in total; all-gather of the padded buffer.
         CHECK(reduce_bytes == (world - 1) * psi * elem * steps);

@@ -46,12 +46,15 @@ TEST_CASE("engine: micro 2 x gas 4 and worlds 2-4 follow the single-rank curve (
     int64_t micro, gas;
   };
   for (Case c : {Case{1, 0, 3, 4}, Case{2, 0, 6, 1}, Case{2, 1, 3, 2}, Case{3, 1, 4, 1}, Case{2, 2, 2, 3},
-                 Case{3, 2, 2, 2}, Case{4, 2, 3, 1}, Case{4, 1, 1, 3}, Case{3, 0, 2, 2}}) {
+                 Case{3, 2, 2, 2}, Case{4, 2, 3, 1}, Case{4, 1, 1, 3}, Case{3, 0, 2, 2}, Case{1, 3, 12, 1},
+                 Case{2, 3, 6, 1}, Case{3, 3, 2, 2}, Case{4, 3, 3, 1}}) {
     RunSpec s;
     s.world = c.world;
     s.stage = c.stage;
     s.micro = c.micro;
     s.gas = c.gas;
+    // Small parameters stay resident at stage 3 (param_persistence_threshold); 64 partitions most.
+    s.zero_json = R"(, "stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 600)";
     CAPTURE(c.world);
     CAPTURE(c.stage);
     CAPTURE(c.micro);
@@ -73,7 +76,7 @@ TEST_CASE("engine: bf16 and fp16 runs at every stage follow their single-rank cu
     ref.micro = 8;
     RunResult base = Train(ref);
     CHECK(base.losses.back() < base.losses.front() - 0.3);
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       RunSpec s = ref;
       s.world = 2;
       s.micro = 2;
@@ -137,7 +140,7 @@ TEST_CASE("engine: configs that do not fit the model or the world are refused cl
 
 TEST_SUITE("slow") {
 
-TEST_CASE("engine: stages 0-2 x worlds 1-4 x fp32/bf16/fp16 x accumulation 1 and 3 match single-rank stage 0") {
+TEST_CASE("engine: stages 0-3 x worlds 1-4 x fp32/bf16/fp16 x accumulation 1 and 3 match single-rank stage 0") {
   // Global batch 36 = micro x accumulation x world for every combination.
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     RunSpec ref;
@@ -146,7 +149,7 @@ TEST_CASE("engine: stages 0-2 x worlds 1-4 x fp32/bf16/fp16 x accumulation 1 and
     ref.steps = 20;
     RunResult base = Train(ref);
     const double tol = dt == DType::kF32 ? 2e-4 : 3e-2;
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       for (int world = 1; world <= 4; ++world) {
         for (int64_t gas : {1, 3}) {
           if (stage == 0 && world == 1 && gas == 1) continue;
@@ -155,6 +158,7 @@ TEST_CASE("engine: stages 0-2 x worlds 1-4 x fp32/bf16/fp16 x accumulation 1 and
           s.world = world;
           s.gas = gas;
           s.micro = 36 / (world * gas);
+          s.zero_json = R"(, "stage3_param_persistence_threshold": 32, "stage3_prefetch_bucket_size": 1000)";
           CAPTURE(DTypeName(dt));
           CAPTURE(stage);
           CAPTURE(world);

@@ -65,6 +65,7 @@ struct RunSpec {
   int steps = 10;
   DType dtype = DType::kF32;
   std::string extra_json;  // appended inside the top-level object (leading comma included)
+  std::string zero_json;  // extra keys of zero_optimization (leading comma included)
   std::string precision_json;  // replaces the default fp16/bf16 section (trailing comma included)
   uint64_t seed = 7;
 };
@@ -84,8 +85,8 @@ inline std::string ConfigJson(const RunSpec& s) {
   return Format(R"({{ "train_micro_batch_size_per_gpu": {}, "gradient_accumulation_steps": {}, {}
     "optimizer": {{"type": "AdamW", "params": {{"lr": 0.01, "weight_decay": 0.01}}}},
     "gradient_clipping": 1.0,
-    "zero_optimization": {{"stage": {}, "reduce_bucket_size": 200}} {} }})",
-                s.micro, s.gas, prec, s.stage, s.extra_json);
+    "zero_optimization": {{"stage": {}, "reduce_bucket_size": 200 {}}} {} }})",
+                s.micro, s.gas, prec, s.stage, s.zero_json, s.extra_json);
 }
 
 // Trains a TinyGpt per RunSpec on the local backend and collects what every rank saw.
@@ -117,8 +118,8 @@ inline RunResult Train(const RunSpec& s) {
       scales.push_back(engine.loss_scale());
     }
     std::vector<float> flat;
-    for (nn::Parameter* p : model.Parameters()) {
-      std::vector<float> v = p->engine_data().ToVector();
+    for (const Tensor& t : engine.GatherParameters()) {
+      std::vector<float> v = t.ToVector();
       flat.insert(flat.end(), v.begin(), v.end());
     }
     std::lock_guard<std::mutex> lock(mu);

@@ -1,0 +1,189 @@
+// ParamCoordinator: gather/release with reference counts, trace-driven prefetch, gradient
+// reduce-scatter into shards.
+#include "zerorun/zero/param_coordinator.h"
+
+#include "zerorun/core/error.h"
+#include "zerorun/kernels/ops.h"
+#include "zerorun/zero/partition.h"
+
+namespace zerorun::zero {
+
+struct ParamCoordinator::Slot {
+  State state = State::kReleased;
+  int users = 0;
+  bool persistent = false;
+  bool prefetched = false;  // gathered ahead of its first Acquire
+  int64_t shard_numel = 0;
+  Tensor full;              // (W * shard_numel) model dtype while in flight or resident
+  comm::Work work;
+};
+
+ParamCoordinator::ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options)
+    : comm_(comm), opt_(options), params_(std::move(params)), slots_(params_.size()) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Slot& s = slots_[i];
+    s.shard_numel = CeilDiv(params_[i].numel, comm_.size());
+    ZR_CHECK(params_[i].shard.numel() == s.shard_numel, "shard of parameter {} has {} elements, expected {}", i,
+             params_[i].shard.numel(), s.shard_numel);
+    s.persistent = params_[i].numel <= opt_.persistence_threshold;
+  }
+  // Persistent parameters are gathered once up front and stay.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (slots_[i].persistent) Submit(static_cast<int>(i));
+  }
+  for (auto& s : slots_) {
+    if (s.persistent) Wait(s);
+  }
+}
+
+ParamCoordinator::~ParamCoordinator() {
+  try {
+    Reset();
+  } catch (...) {
+  }
+}
+
+bool ParamCoordinator::persistent(int id) const { return slots_.at(static_cast<size_t>(id)).persistent; }
+
+void ParamCoordinator::Submit(int id) {
+  Slot& s = slots_[static_cast<size_t>(id)];
+  if (s.state != State::kReleased) return;
+  const Tensor& shard = params_[static_cast<size_t>(id)].shard;
+  s.full = Tensor::Empty({s.shard_numel * comm_.size()}, shard.dtype(), comm_.device(), MemCategory::kParams);
+  s.work = comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype());
+  s.state = State::kInFlight;
+  resident_numel_ += s.shard_numel * comm_.size();
+  ++gathers_;
+}
+
+void ParamCoordinator::Wait(Slot& s) {
+  if (s.state != State::kInFlight) return;
+  s.work.Wait();
+  s.state = State::kResident;
+}
+
+void ParamCoordinator::Free(Slot& s) {
+  if (s.state == State::kInFlight) Wait(s);
+  if (s.state == State::kResident) resident_numel_ -= s.shard_numel * comm_.size();
+  s.full = Tensor();
+  s.state = State::kReleased;
+  s.prefetched = false;
+}
+
+void ParamCoordinator::BeginPass() {
+  // A recorded pass becomes the trace the next passes follow.
+  recording_ = trace_.empty();
+  cursor_ = 0;
+}
+
+void ParamCoordinator::Enter(int module, const std::vector<int>& param_ids) {
+  if (!recording_) {
+    if (cursor_ < trace_.size() && trace_[cursor_].module == module) {
+      PrefetchFrom(++cursor_);
+      return;
+    }
+    // The pass left the recorded order: forget the rest and record from here.
+    trace_.resize(cursor_);
+    recording_ = true;
+  }
+  trace_.push_back({module, param_ids});
+  cursor_ = trace_.size();
+}
+
+void ParamCoordinator::PrefetchFrom(size_t position) {
+  int64_t ahead = 0;  // elements gathered for upcoming modules and not yet used
+  for (const Slot& s : slots_) {
+    if (s.prefetched) ahead += s.shard_numel * comm_.size();
+  }
+  for (size_t k = position; k < trace_.size() && ahead < opt_.prefetch_numel; ++k) {
+    for (int id : trace_[k].params) {
+      Slot& s = slots_[static_cast<size_t>(id)];
+      if (s.state != State::kReleased) continue;
+      int64_t size = s.shard_numel * comm_.size();
+      if (ahead + size > opt_.prefetch_numel || resident_numel_ + size > opt_.max_live_numel) return;
+      Submit(id);
+      s.prefetched = true;
+      ahead += size;
+    }
+  }
+}
+
+Tensor ParamCoordinator::Acquire(int id) {
+  Slot& s = slots_.at(static_cast<size_t>(id));
+  if (s.prefetched) {
+    ++prefetch_hits_;
+    s.prefetched = false;
+  }
+  if (s.state == State::kReleased) Submit(id);
+  Wait(s);
+  ++s.users;
+  return s.full.View(0, {params_[static_cast<size_t>(id)].numel});
+}
+
+bool ParamCoordinator::Release(int id) {
+  Slot& s = slots_.at(static_cast<size_t>(id));
+  ZR_CHECK(s.users > 0, "parameter {} released more often than acquired", id);
+  if (--s.users == 0 && !s.persistent) Free(s);
+  return s.state != State::kReleased;
+}
+
+void ParamCoordinator::ReduceGrad(int id, Tensor full_grad) {
+  const Param& p = params_.at(static_cast<size_t>(id));
+  const Slot& s = slots_[static_cast<size_t>(id)];
+  ZR_CHECK(full_grad.numel() == p.numel, "gradient of parameter {} has {} elements, expected {}", id,
+           full_grad.numel(), p.numel);
+  PendingGrad g;
+  g.id = id;
+  // Padded to W whole shards in the wire dtype (the pad is zero, so it reduces to zero).
+  g.full = Tensor::Zeros({s.shard_numel * comm_.size()}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
+  kernels::Copy(g.full.data(), opt_.comm_dtype, full_grad.data(), full_grad.dtype(), p.numel);
+  g.received = Tensor::Empty({s.shard_numel}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
+  g.work = comm_.ReduceScatter(g.full.data(), g.received.data(), static_cast<size_t>(s.shard_numel), opt_.comm_dtype,
+                               comm::ReduceOp::kAvg);
+  pending_grads_.push_back(std::move(g));
+}
+
+void ParamCoordinator::FinishGrads() {
+  for (PendingGrad& g : pending_grads_) {
+    g.work.Wait();
+    const Tensor& dst = params_[static_cast<size_t>(g.id)].grad_shard;
+    kernels::Axpy(dst.data(), dst.dtype(), g.received.data(), opt_.comm_dtype, 1.0f, dst.numel());
+  }
+  pending_grads_.clear();
+}
+
+void ParamCoordinator::RefreshPersistent() {
+  std::vector<comm::Work> works;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (!s.persistent) continue;
+    const Tensor& shard = params_[i].shard;
+    works.push_back(comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype()));
+  }
+  for (auto& w : works) w.Wait();
+}
+
+void ParamCoordinator::Reset() {
+  for (PendingGrad& g : pending_grads_) {
+    try {
+      g.work.Wait();
+    } catch (...) {
+    }
+  }
+  pending_grads_.clear();
+  for (Slot& s : slots_) {
+    if (s.state == State::kInFlight) {
+      try {
+        s.work.Wait();
+        s.state = State::kResident;
+      } catch (...) {
+        s.state = State::kResident;
+      }
+    }
+    s.users = 0;
+    if (!s.persistent) Free(s);
+  }
+  cursor_ = 0;
+}
+
+}  // namespace zerorun::zero

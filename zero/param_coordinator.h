@@ -1,0 +1,106 @@
+// ZeRO stage 3: the parameter coordinator. Each rank keeps only a shard of every parameter (see
+// ShardParamStage3 in partition.h); the coordinator gathers a parameter's full value when a module
+// needs it and frees it when no module does, reduce-scatters full gradients back into shards, and
+// prefetches along the order in which modules ran in the previous pass.
+//
+// Parameters are identified by dense ids. It knows nothing of modules' types: the engine reports
+// "module M is entering its forward/backward with parameters P..." (Enter) and the coordinator keeps
+// the trace of those calls; from the second pass on, entering trace position k submits the gathers of
+// the parameters of positions k+1, k+2, ... until `prefetch_numel` elements are in flight or resident
+// without a user, bounded by `max_live_numel` elements resident in total. A pass that departs from the
+// trace (a different module, e.g. data-dependent control flow) drops the rest of the trace and
+// re-records. Parameters with at most `persistence_threshold` elements stay resident (DeepSpeed's
+// param_persistence_threshold); RefreshPersistent re-gathers them after the optimizer updated shards.
+//
+// Every collective is submitted in the same order on every rank because every rank runs the same
+// module sequence; a rank that does not (rank-conditional model code) makes the others' collective
+// time out, and the communicator's timeout message names the op and the ranks that did not arrive.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "zerorun/comm/communicator.h"
+#include "zerorun/core/tensor.h"
+
+namespace zerorun::zero {
+
+struct Stage3Options {
+  int64_t prefetch_numel = 50'000'000;       // stage3_prefetch_bucket_size
+  int64_t max_live_numel = 1'000'000'000;    // stage3_max_live_parameters
+  int64_t persistence_threshold = 100'000;   // stage3_param_persistence_threshold
+  DType comm_dtype = DType::kF32;            // gradient reduce-scatter dtype
+};
+
+class ParamCoordinator {
+ public:
+  struct Param {
+    int64_t numel = 0;
+    Tensor shard;       // (shard_numel) this rank's shard, in the model dtype (a view into its partition)
+    Tensor grad_shard;  // (shard_numel) this rank's gradient accumulator for it (may be undefined: frozen)
+  };
+
+  ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options);
+  ~ParamCoordinator();
+  ParamCoordinator(const ParamCoordinator&) = delete;
+  ParamCoordinator& operator=(const ParamCoordinator&) = delete;
+
+  int num_params() const { return static_cast<int>(params_.size()); }
+  bool persistent(int id) const;
+  // The module with id `module` is entering a forward or backward that uses `param_ids`: record it
+  // (first pass) or follow the trace and prefetch ahead (later passes).
+  void Enter(int module, const std::vector<int>& param_ids);
+  // Blocks until parameter `id` is resident; returns its full value (numel elements). Each Acquire
+  // must be matched by a Release.
+  Tensor Acquire(int id);
+  // The caller no longer needs `id`; its full buffer is freed when no one holds it (persistent ones stay).
+  // Returns true when the full value is still resident.
+  bool Release(int id);
+  // Starts reduce-scattering a full gradient (numel elements, any floating dtype; averaged over ranks)
+  // into this rank's grad_shard (added). `full_grad` is held until FinishGrads.
+  void ReduceGrad(int id, Tensor full_grad);
+  // Waits for every reduction of this backward and adds them into the shards.
+  void FinishGrads();
+  // After the optimizer updated the shards: re-gathers the persistent parameters in place.
+  void RefreshPersistent();
+  // Starts a new pass: the trace cursor goes back to its start.
+  void BeginPass();
+  // Drops in-flight work (after an error).
+  void Reset();
+
+  int64_t resident_numel() const { return resident_numel_; }
+  int64_t gathers() const { return gathers_; }
+  int64_t prefetch_hits() const { return prefetch_hits_; }
+
+ private:
+  enum class State { kReleased, kInFlight, kResident };
+  struct Slot;
+  void Submit(int id);
+  void Wait(Slot& s);
+  void Free(Slot& s);
+  void PrefetchFrom(size_t position);
+
+  comm::Communicator& comm_;
+  Stage3Options opt_;
+  std::vector<Param> params_;
+  std::vector<Slot> slots_;
+  struct TraceEntry {
+    int module;
+    std::vector<int> params;
+  };
+  std::vector<TraceEntry> trace_;
+  bool recording_ = true;
+  size_t cursor_ = 0;
+  int64_t resident_numel_ = 0;
+  int64_t gathers_ = 0;
+  int64_t prefetch_hits_ = 0;
+  struct PendingGrad {
+    int id;
+    Tensor full;      // padded, comm dtype
+    Tensor received;  // (shard) comm dtype
+    comm::Work work;
+  };
+  std::vector<PendingGrad> pending_grads_;
+};
+
+}  // namespace zerorun::zero
