@@ -60,8 +60,12 @@ Tensor TransformerBlock::OnForward(const Tensor& x) {
 
 Tensor TransformerBlock::OnBackward(const Tensor& dy) {
   // out = h + mlp(ln_2(h)): dh = dy + ln_2'(mlp'(dy)); h = x + attn(ln_1(x)): dx = dh + ln_1'(attn'(dh)).
-  Tensor dh = AddTensors(dy, ln_2_->Backward(mlp_->Backward(dy)));
-  return AddTensors(dh, ln_1_->Backward(attn_->Backward(dh)));
+  // The residual gradient is added in place into the branch's input gradient (a fresh tensor).
+  Tensor dh = ln_2_->Backward(mlp_->Backward(dy));
+  kernels::Add(dh.data(), dh.data(), dy.data(), dh.numel(), dh.dtype());
+  Tensor dx = ln_1_->Backward(attn_->Backward(dh));
+  kernels::Add(dx.data(), dx.data(), dh.data(), dx.numel(), dx.dtype());
+  return dx;
 }
 
 }  // namespace zerorun::nn
