@@ -24,7 +24,7 @@ TEST_CASE("vectorised exp: relative error below 3 ulp on [-87, 88]; NaN propagat
       double want = std::exp(static_cast<double>(x[i]));
       worst = std::max(worst, std::fabs(y[i] - want) / want);
     }
-    MESSAGE("max relative error of exp: " << worst);
+    INFO("max relative error of exp: " << worst);
     CHECK(worst < 3 * 5.97e-8);  // 3 ulp of fp32 at the top of a binade
     float nan_in[17], out[17];
     for (int i = 0; i < 17; ++i) nan_in[i] = i == 9 ? std::nanf("") : 0.5f;
@@ -66,7 +66,7 @@ TEST_CASE("vectorised GELU and SiLU: absolute error bounds against double") {
       double a = x[i];
       e_silu = std::max(e_silu, std::fabs(y[i] - a / (1 + std::exp(-a))) / std::max(1.0, std::fabs(a)));
     }
-    MESSAGE("gelu tanh " << e_tanh << " grad " << e_tanh_grad << "; gelu exact " << e_exact << " grad "
+    INFO("gelu tanh " << e_tanh << " grad " << e_tanh_grad << "; gelu exact " << e_exact << " grad "
                          << e_exact_grad << "; silu " << e_silu << " (error / max(1, |x|))");
     CHECK(e_tanh < 5e-7);
     CHECK(e_tanh_grad < 1e-6);
