@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <utility>
 #include <string>
 
 #include "zerorun/core/error.h"
@@ -91,6 +93,13 @@ void Gemm(const GemmParams& p) {
   if (p.lda < std::max<int64_t>(1, a_cols)) ZR_THROW(InvalidArgument, "Gemm: lda = {} < {}", p.lda, a_cols);
   if (p.ldb < std::max<int64_t>(1, b_cols)) ZR_THROW(InvalidArgument, "Gemm: ldb = {} < {}", p.ldb, b_cols);
   if (p.ldc < p.n) ZR_THROW(InvalidArgument, "Gemm: ldc = {} < n = {}", p.ldc, p.n);
+  // The CPU backend hands these to BLAS's 32-bit integer interface.
+  for (auto [name, v] : {std::pair{"m", p.m}, std::pair{"n", p.n}, std::pair{"k", p.k}, std::pair{"lda", p.lda},
+                         std::pair{"ldb", p.ldb}, std::pair{"ldc", p.ldc}}) {
+    if (v > std::numeric_limits<int32_t>::max()) {
+      ZR_THROW(InvalidArgument, "Gemm: {} = {} exceeds the 32-bit BLAS limit", name, v);
+    }
+  }
   CheckPtr(op, "c", p.c, true);
   CheckPtr(op, "a", p.a, p.k > 0);
   CheckPtr(op, "b", p.b, p.k > 0);

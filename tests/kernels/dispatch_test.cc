@@ -5,6 +5,7 @@
 
 #include "kernel_test_util.h"
 #include "zerorun/core/error.h"
+#include "zerorun/core/thread_pool.h"
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::kernels::test {
@@ -51,6 +52,42 @@ TEST_CASE("public entries reject bad arguments, naming the op and the argument")
   CHECK(SumSquares(nullptr, 0, DType::kF32) == 0.0);
   CHECK(AllFinite(nullptr, 0, DType::kF16));
   CHECK(CrossEntropy(nullptr, nullptr, nullptr, nullptr, 0, 5, DType::kF32, -1, 1.0f).count == 0);
+}
+
+TEST_CASE("cpu results do not depend on the thread count") {
+  // Gradient sums (norms, bias, embedding), the loss and sums of squares use fixed blocks added in a
+  // fixed order: 1, 2 and 3 threads must agree bit for bit.
+  int64_t N = 300, C = 70, V = 33, B = 3, T = 100;
+  auto run = [&](int threads) {
+    ThreadPool::SetDefaultThreads(threads);
+    std::vector<Buffer> out;
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      Buffer x = Buffer::Random(t, N * C, 1), dy = Buffer::Random(t, N * C, 2), dx(t, N * C);
+      Buffer dw = Buffer::Random(DType::kF32, C, 3), db = Buffer::Random(t, C, 4), o(t, N * C);
+      Buffer mean(DType::kF32, N), rstd(DType::kF32, N);
+      Cpu().layernorm_forward(o.data(), mean.f32(), rstd.f32(), x.data(), nullptr, nullptr, N, C, 1e-5f, t, t);
+      Cpu().layernorm_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), nullptr, mean.f32(), rstd.f32(), N,
+                               C, t, t, DType::kF32);
+      Cpu().bias_backward(db.data(), t, dy.data(), t, N, C);
+      std::vector<int32_t> tok(static_cast<size_t>(B * T));
+      for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int32_t>(i * 7 % V);
+      Buffer dwte = Buffer::Random(t, V * C, 5), dwpe = Buffer::Random(DType::kF32, T * C, 6);
+      Cpu().embedding_backward(dwte.data(), nullptr, t, dy.data(), t, tok.data(), B, T, C, V);
+      Cpu().embedding_backward(nullptr, dwpe.data(), DType::kF32, dy.data(), t, tok.data(), B, T, C, V);
+      Buffer logits = Buffer::Random(t, N * V, 7, -4, 4), loss(DType::kF32, 2);
+      loss.Set(0, Cpu().cross_entropy(nullptr, nullptr, logits.data(), tok.data(), N, V, t, -1, 1.0f).loss);
+      loss.Set(1, static_cast<float>(Cpu().sum_squares(x.data(), N * C, t)));
+      for (Buffer* b : {&o, &dx, &dw, &db, &dwte, &dwpe, &loss}) out.push_back(*b);
+    }
+    return out;
+  };
+  std::vector<Buffer> one = run(1), two = run(2), three = run(3);
+  ThreadPool::SetDefaultThreads(ThreadPool::DefaultThreadCount());
+  for (size_t i = 0; i < one.size(); ++i) {
+    CAPTURE(i);
+    CHECK(two[i].BitEqual(one[i]));
+    CHECK(three[i].BitEqual(one[i]));
+  }
 }
 
 TEST_CASE("cpu kernels called concurrently from several threads give the serial results") {

@@ -159,6 +159,9 @@ TEST_CASE("Gemm rejects bad arguments with the op and argument named") {
                        doctest::Contains("m = -1"), InvalidArgument);
   CHECK_THROWS_AS(Gemm(Trans::kN, Trans::kN, 2, 2, 2, 1, a, DType::kI32, 2, b, DType::kF32, 2, 0, c, DType::kF32, 2),
                   InvalidArgument);
+  CHECK_THROWS_WITH_AS(Gemm(Trans::kN, Trans::kN, int64_t{1} << 31, 1, 1, 1, a, DType::kF32, 1, b, DType::kF32, 1, 0,
+                            c, DType::kF32, 1),
+                       doctest::Contains("32-bit BLAS limit"), InvalidArgument);
 }
 
 }  // TEST_SUITE
