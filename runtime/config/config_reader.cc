@@ -424,7 +424,9 @@ class Reader final : public ConfigVisitor {
       errno = 0;
       char* end = nullptr;
       const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
-      if (s.empty() || errno != 0 || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0]))) {
+      const bool hex = s.find_first_of("xX") != std::string::npos;  // strtod reads hex floats; Python does not
+      if (s.empty() || hex || errno != 0 || end != s.c_str() + s.size() ||
+          std::isspace(static_cast<unsigned char>(s[0]))) {
         Mismatch(f, expected, j);
         return std::nullopt;
       }
