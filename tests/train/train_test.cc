@@ -1,0 +1,194 @@
+// zerorun-train as a user runs it: real processes, real files. One process alone; two ranks started
+// by the `zerorun` launcher over UCX matching one rank with twice the micro-batch; determinism;
+// and bad input (missing data file, token ids beyond the vocabulary, unsupported config, bad flags)
+// failing with a clear message and exit status.
+#include <doctest/doctest.h>
+#include <rapidjson/document.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string BinDir() {
+  const char* b = std::getenv("ZERORUN_TEST_BINARY_DIR");
+  REQUIRE_MESSAGE(b != nullptr, "ZERORUN_TEST_BINARY_DIR is not set (run through ctest)");
+  return std::string(b) + "/bin";
+}
+
+struct Proc {
+  int status = -1;
+  std::string output;  // stdout + stderr
+};
+
+Proc Run(const std::string& cmd) {
+  Proc p;
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) p.output.append(buf.data(), n);
+  int st = ::pclose(f);
+  p.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return p;
+}
+
+fs::path TempDir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("zr_train_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void WriteFile(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+}
+
+std::string Config(int micro, int stage, const std::string& precision = "") {
+  return "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
+         ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}}," + precision +
+         " \"zero_optimization\": {\"stage\": " + std::to_string(stage) + "}}";
+}
+
+rapidjson::Document ReadJson(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  rapidjson::Document d;
+  d.Parse(ss.str().c_str());
+  REQUIRE_MESSAGE(!d.HasParseError(), "bad JSON in " << p.string());
+  return d;
+}
+
+std::vector<double> Losses(const rapidjson::Document& d) {
+  std::vector<double> out;
+  for (const auto& v : d["losses"].GetArray()) out.push_back(v.GetDouble());
+  return out;
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+const char* kSmall = " --steps 12 --n_layer 2 --n_head 2 --d_model 32 --seq_len 16 --vocab_size 32 --log_every 4";
+
+}  // namespace
+
+TEST_SUITE("multiproc") {
+
+TEST_CASE("zerorun-train alone: learns on the synthetic corpus and writes the summary") {
+  fs::path d = TempDir("alone");
+  WriteFile(d / "ds.json", Config(8, 1, "\"bf16\": {\"enabled\": true},"));
+  Proc p = Run(BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + kSmall +
+               " --summary " + (d / "s_{rank}.json").string());
+  INFO(p.output);
+  REQUIRE(p.status == 0);
+  CHECK(p.output.find("entropy floor") != std::string::npos);
+  rapidjson::Document s = ReadJson(d / "s_0.json");
+  for (const char* key : {"rank", "world_size", "zero_stage", "dtype", "steps", "skipped_steps", "global_samples",
+                          "losses", "final_loss", "loss_scale", "lr", "tokens_per_second", "parameters",
+                          "memory_bytes", "comm_bytes"}) {
+    CHECK_MESSAGE(s.HasMember(key), key);
+  }
+  CHECK(s["steps"].GetInt() == 12);
+  CHECK(s["global_samples"].GetInt() == 96);
+  CHECK(std::string(s["dtype"].GetString()) == "bf16");
+  std::vector<double> losses = Losses(s);
+  REQUIRE(losses.size() == 12);
+  CHECK(losses.back() < losses.front() - 0.3);
+  CHECK(s["memory_bytes"]["peak_total"].GetInt64() > 0);
+  CHECK(s["memory_bytes"]["master"]["current"].GetInt64() == 4 * s["memory_bytes"]["params"]["current"].GetInt64() / 2);
+  fs::remove_all(d);
+}
+
+TEST_CASE("zerorun-train: the same command twice gives bitwise identical losses") {
+  fs::path d = TempDir("determinism");
+  WriteFile(d / "ds.json", Config(4, 2));
+  std::string cmd = BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + kSmall;
+  REQUIRE(Run(cmd + " --summary " + (d / "a.json").string()).status == 0);
+  REQUIRE(Run(cmd + " --summary " + (d / "b.json").string()).status == 0);
+  CHECK(Losses(ReadJson(d / "a.json")) == Losses(ReadJson(d / "b.json")));
+  fs::remove_all(d);
+}
+
+TEST_CASE("zerorun-train under the launcher: 2 ranks x micro 4 over UCX equal 1 rank x micro 8") {
+  fs::path d = TempDir("launcher");
+  WriteFile(d / "one.json", Config(8, 0));
+  WriteFile(d / "two.json", Config(4, 2));
+  Proc one = Run(BinDir() + "/zerorun-train --deepspeed_config " + (d / "one.json").string() + kSmall +
+                 " --summary " + (d / "one.json.out").string());
+  INFO(one.output);
+  REQUIRE(one.status == 0);
+  Proc two = Run("ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs 2 --master_port " + std::to_string(FreePort()) + " " + BinDir() +
+                 "/zerorun-train --deepspeed_config " + (d / "two.json").string() + kSmall + " --summary " +
+                 (d / "two_{rank}.json").string());
+  INFO(two.output);
+  REQUIRE(two.status == 0);
+  std::vector<double> a = Losses(ReadJson(d / "one.json.out"));
+  rapidjson::Document r0 = ReadJson(d / "two_0.json"), r1 = ReadJson(d / "two_1.json");
+  std::vector<double> b = Losses(r0);
+  CHECK(Losses(r1) == b);  // every rank reports the global mean loss
+  CHECK(std::string(r0["backend"].GetString()) == "ucx");
+  CHECK(r0["world_size"].GetInt() == 2);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-4 * std::fabs(a[i]));
+  CHECK(r0["comm_bytes"]["reduce"]["bytes_sent"].GetInt64() > 0);
+  fs::remove_all(d);
+}
+
+TEST_CASE("zerorun-train: bad input fails with a clear message") {
+  fs::path d = TempDir("bad");
+  WriteFile(d / "ds.json", Config(2, 0));
+  std::string base = BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + kSmall;
+
+  Proc missing = Run(base + " --data " + (d / "nope.bin").string());
+  CHECK(missing.status == 1);
+  CHECK(missing.output.find("nope.bin") != std::string::npos);
+
+  WriteFile(d / "text.txt", std::string(4000, 'a') + "z");  // 'z' = 122 >= vocab 100
+  Proc vocab = Run(base + " --vocab_size 100 --data " + (d / "text.txt").string());
+  CHECK(vocab.status == 1);
+  CHECK(vocab.output.find("text.txt") != std::string::npos);
+  CHECK(vocab.output.find("122") != std::string::npos);
+
+  // A valid DeepSpeed config asking for something not implemented yet (optimizer offload).
+  WriteFile(d / "offload.json", "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"Adam\"}, "
+                                "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}");
+  Proc offload = Run(BinDir() + "/zerorun-train --deepspeed_config " + (d / "offload.json").string() + kSmall);
+  CHECK(offload.status != 0);
+  CHECK(offload.output.find("offload_optimizer") != std::string::npos);
+
+  WriteFile(d / "typo.json", "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_clipp1ng\": 1.0}");
+  Proc typo = Run(BinDir() + "/zerorun-train --deepspeed_config " + (d / "typo.json").string() + kSmall);
+  CHECK(typo.status == 2);
+  CHECK(typo.output.find("gradient_clipping") != std::string::npos);
+
+  Proc flag = Run(base + " --stpes 3");
+  CHECK(flag.status == 2);
+  CHECK(flag.output.find("--stpes") != std::string::npos);
+  fs::remove_all(d);
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,308 @@
+// zerorun-train: the main job. Trains a GPT-2 style model (examples/gpt) with a DeepSpeed config on
+// the synthetic Markov corpus (known entropy floor) or on token/text files, as one process or as one
+// rank of a job started by the `zerorun` launcher (RANK, WORLD_SIZE, MASTER_ADDR, ... in the env).
+// Prints progress on rank 0 and writes a JSON summary per rank with --summary.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zerorun/comm/init.h"
+#include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
+#include "zerorun/core/thread_pool.h"
+#include "zerorun/core/timer.h"
+#include "zerorun/examples/gpt/gpt.h"
+#include "zerorun/runtime/config/config.h"
+#include "zerorun/runtime/data/dataset.h"
+#include "zerorun/runtime/data/markov.h"
+#include "zerorun/runtime/data/sampler.h"
+#include "zerorun/runtime/engine.h"
+#include "zerorun/runtime/summary.h"
+
+namespace zr = zerorun;
+using zr::runtime::Config;
+
+namespace {
+
+// The built-in default job: a small GPT on the synthetic corpus, bf16, AdamW with a WarmupCosineLR
+// schedule. Used when no --deepspeed_config is given.
+const char* kDefaultConfig = R"({
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupCosineLR",
+                "params": {"total_num_steps": 300, "warmup_num_steps": 20, "cos_min_ratio": 0.1}},
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 1}
+})";
+
+const char* kUsage = R"(usage: zerorun-train [--deepspeed_config FILE] [options]
+
+Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one process; started by the
+`zerorun` launcher it is one rank of a data-parallel job.
+
+  --deepspeed_config FILE  DeepSpeed JSON config (default: a built-in bf16 / ZeRO-1 / WarmupCosineLR job)
+  --steps N                optimizer steps to run (default 300)
+  --seed S                 model init and data shuffle seed (default 1234)
+  --data synthetic|PATH    the synthetic Markov corpus (default), or token shards (.bin, llm.c layout),
+                           a directory or glob of them, or byte-level text files
+  --n_layer L --n_head H --d_model C --seq_len T --vocab_size V
+                           model dims (default 4, 4, 128, 64, 64; V is 256 for text data)
+  --dropout P              dropout probability (default 0)
+  --summary PATH           write a JSON summary per rank ({rank} in PATH is replaced)
+  --log_every N            progress line every N steps on rank 0 (default 10)
+  --backend ucx|local      communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
+  --allow_unknown_config   unknown config keys are warnings instead of errors
+  --local_rank N           accepted for launcher compatibility
+  --help                   this text
+)";
+
+struct Args {
+  std::string config_path;
+  int64_t steps = 300;
+  uint64_t seed = 1234;
+  std::string data = "synthetic";
+  int64_t n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = -1;
+  float dropout = 0.0f;
+  std::string summary;
+  int64_t log_every = 10;
+  std::string backend;
+  bool allow_unknown = false;
+};
+
+[[noreturn]] void UsageError(const std::string& msg) {
+  std::fprintf(stderr, "zerorun-train: %s\n\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < min) {
+    UsageError(zr::Format("{} expects an integer >= {}, got '{}'", flag, min, v));
+  }
+  return x;
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  std::map<std::string, std::string*> strings = {{"--deepspeed_config", &a.config_path}, {"--data", &a.data},
+                                                 {"--summary", &a.summary}, {"--backend", &a.backend}};
+  std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
+      {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
+      {"--d_model", {&a.d_model, 1}}, {"--seq_len", {&a.seq_len, 1}}, {"--vocab_size", {&a.vocab_size, 2}},
+      {"--log_every", {&a.log_every, 1}}};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    std::replace(arg.begin() + 2 < arg.end() ? arg.begin() + 2 : arg.end(), arg.end(), '-', '_');
+    auto take = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--allow_unknown_config") {
+      a.allow_unknown = true;
+    } else if (arg == "--local_rank") {
+      ParseInt(arg, take(), 0);
+    } else if (arg == "--seed") {
+      a.seed = static_cast<uint64_t>(ParseInt(arg, take(), 0));
+    } else if (arg == "--dropout") {
+      std::string v = take();
+      char* end = nullptr;
+      a.dropout = std::strtof(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || a.dropout < 0 || a.dropout >= 1) UsageError("--dropout expects 0 <= p < 1");
+    } else if (strings.count(arg)) {
+      *strings[arg] = take();
+    } else if (ints.count(arg)) {
+      *ints[arg].first = ParseInt(arg, take(), ints[arg].second);
+    } else {
+      UsageError("unknown argument '" + std::string(argv[i]) + "'");
+    }
+  }
+  return a;
+}
+
+// The entropy floor formatted with `fmt`, or "" when the data has none.
+std::string FloorText(const char* fmt, double floor) {
+  if (floor < 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, floor);
+  return buf;
+}
+
+zr::Tensor ToTensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
+  zr::Tensor t = zr::Tensor::Empty({B, T}, zr::DType::kI32);
+  std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+int Run(const Args& args) {
+  zr::comm::InitOptions io;
+  io.backend = args.backend;
+  std::shared_ptr<zr::comm::Communicator> comm = zr::comm::InitFromEnv(io);
+  const int rank = comm->rank(), world = comm->size();
+  if (world > 1) zr::SetLogRank(rank);
+
+  zr::runtime::LoadOptions lo;
+  lo.world_size = world;
+  lo.allow_unknown_keys = args.allow_unknown;
+  lo.hidden_size = args.d_model;
+  lo.log_warnings = rank == 0;
+  Config cfg = args.config_path.empty() ? zr::runtime::LoadConfigString(kDefaultConfig, [&] {
+    auto o = lo;
+    o.source_name = "built-in default config";
+    return o;
+  }())
+                                        : zr::runtime::LoadConfigFile(args.config_path, lo);
+
+  // Data.
+  std::unique_ptr<zr::data::TokenDataset> dataset;
+  double entropy_floor = -1;
+  int64_t vocab = args.vocab_size;
+  if (args.data == "synthetic") {
+    if (vocab < 0) vocab = 64;
+    zr::data::MarkovChainOptions mo;
+    mo.vocab_size = static_cast<int>(vocab);
+    mo.seed = 4242;
+    zr::data::MarkovChain chain(mo);
+    entropy_floor = chain.EntropyRateNats();
+    // Enough windows for every step without repeating on any rank, in documents of 64 windows.
+    int64_t windows = std::max<int64_t>(cfg.train_batch_size() * args.steps, 256);
+    int64_t doc_tokens = 64 * args.seq_len + 1;
+    std::vector<std::vector<int32_t>> docs;
+    for (int64_t d = 0; d * 64 < windows; ++d) docs.push_back(chain.Sample(doc_tokens, 777, static_cast<uint64_t>(d)));
+    dataset = zr::data::MakeInMemoryDataset(std::move(docs), zr::Format("synthetic Markov corpus (vocab {})", vocab));
+  } else {
+    std::vector<std::string> paths = zr::data::ExpandDataPaths(args.data);
+    bool shards = paths.front().size() > 4 && paths.front().substr(paths.front().size() - 4) == ".bin";
+    if (vocab < 0) vocab = shards ? 50257 : 256;
+    dataset = shards ? zr::data::OpenTokenShards(paths, vocab) : zr::data::OpenByteTextFiles(paths, vocab);
+  }
+  zr::data::SamplerOptions so;
+  so.batch_size = cfg.micro_batch_per_gpu();
+  so.seq_len = args.seq_len;
+  so.rank = rank;
+  so.world_size = world;
+  so.seed = args.seed;
+  zr::data::DistributedSampler sampler(*dataset, so);
+
+  // Model.
+  zr::gpt::GptConfig gc;
+  gc.n_layer = args.n_layer;
+  gc.n_head = args.n_head;
+  gc.d_model = args.d_model;
+  gc.seq_len = args.seq_len;
+  gc.vocab_size = vocab;
+  gc.dropout = args.dropout;
+  gc.dtype = cfg.ModelDType();
+  if (gc.d_model % gc.n_head != 0) UsageError("--d_model must be a multiple of --n_head");
+  zr::gpt::Gpt model(gc);
+  model.Initialize(args.seed);
+  zr::runtime::EngineOptions eo;
+  eo.groups.no_weight_decay_for_1d = true;
+  zr::runtime::Engine engine(model, cfg, comm, eo);
+  if (rank == 0) {
+    ZR_INFO("model {} ({} parameters); data {}{}", gc.ToString(), engine.num_parameters(), dataset->description(),
+            entropy_floor >= 0 ? zr::Format(" (entropy floor {} nats/token)", entropy_floor) : std::string());
+  }
+
+  zr::runtime::TrainSummary summary;
+  const int64_t gas = cfg.gradient_accumulation_steps();
+  const int64_t tokens_per_step_rank = cfg.micro_batch_per_gpu() * gas * args.seq_len;
+  zr::Stopwatch wall;
+  for (int64_t step = 0; step < args.steps; ++step) {
+    double loss_sum = 0;
+    for (int64_t m = 0; m < gas; ++m) {
+      zr::data::Batch b = sampler.Next();
+      zr::Tensor x = ToTensor(b.inputs, so.batch_size, so.seq_len);
+      zr::Tensor y = ToTensor(b.targets, so.batch_size, so.seq_len);
+      loss_sum += engine.Forward(x, y);
+      engine.Backward();
+      engine.Step();
+    }
+    double loss = loss_sum / static_cast<double>(gas);
+    if (world > 1) comm->AllReduce(&loss, 1, zr::DType::kF64, zr::comm::ReduceOp::kAvg).Wait();
+    summary.losses.push_back(loss);
+    if (rank == 0 && ((step + 1) % args.log_every == 0 || step == 0 || step + 1 == args.steps)) {
+      double tps = static_cast<double>(tokens_per_step_rank * world * (step + 1)) / wall.ElapsedSeconds();
+      std::printf("step %5lld/%lld | loss %.4f%s | lr %.3g | scale %g | grad norm %.3f | %.0f tokens/s%s\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(args.steps), loss,
+                  FloorText(" (floor %.4f)", entropy_floor).c_str(),
+                  engine.GetLr().front(), engine.loss_scale(), engine.GetGlobalGradNorm(), tps,
+                  engine.last_step().applied ? "" : " (skipped)");
+      std::fflush(stdout);
+    }
+  }
+  double seconds = wall.ElapsedSeconds();
+  summary.rank = rank;
+  summary.world_size = world;
+  summary.zero_stage = engine.zero_stage();
+  summary.dtype = zr::DTypeName(engine.model_dtype());
+  summary.backend = comm->backend_name();
+  summary.steps = engine.global_steps();
+  summary.skipped_steps = engine.skipped_steps();
+  summary.global_samples = engine.global_samples();
+  summary.micro_batch = cfg.micro_batch_per_gpu();
+  summary.gradient_accumulation_steps = gas;
+  summary.seq_len = args.seq_len;
+  summary.final_loss = summary.losses.empty() ? 0 : summary.losses.back();
+  summary.entropy_floor = entropy_floor;
+  summary.loss_scale = engine.loss_scale();
+  summary.lr = engine.GetLr().front();
+  summary.grad_norm = engine.GetGlobalGradNorm();
+  summary.tokens_per_second = static_cast<double>(tokens_per_step_rank * args.steps) / seconds;
+  summary.wall_seconds = seconds;
+  summary.parameters = engine.num_parameters();
+  summary.memory = engine.memory().Snap();
+  zr::comm::CommStats stats = comm->Stats();
+  for (int op = 0; op < zr::comm::kNumOpTypes; ++op) {
+    const auto& s = stats.by_op[static_cast<size_t>(op)];
+    if (s.calls == 0) continue;
+    summary.comm_bytes[zr::comm::OpTypeName(static_cast<zr::comm::OpType>(op))] = {s.calls, s.bytes_sent,
+                                                                                  s.bytes_received};
+  }
+  if (rank == 0) {
+    std::printf("done: %lld steps (%lld skipped) in %.1f s, final loss %.4f%s, %.0f tokens/s per rank\n",
+                static_cast<long long>(summary.steps), static_cast<long long>(summary.skipped_steps), seconds,
+                summary.final_loss,
+                FloorText(" (entropy floor %.4f)", entropy_floor).c_str(),
+                summary.tokens_per_second);
+    std::printf("memory (rank 0): %s\n", engine.memory().Summary().c_str());
+  }
+  if (!args.summary.empty()) zr::runtime::WriteSummaryJson(summary, zr::runtime::ExpandRankPattern(args.summary, rank));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = ParseArgs(argc, argv);
+  try {
+    return Run(args);
+  } catch (const zr::runtime::ConfigLoadError& e) {
+    std::fprintf(stderr, "zerorun-train: %s\n", e.what());
+    return 2;
+  } catch (const zr::Error& e) {
+    std::fprintf(stderr, "zerorun-train: error: %s\n", e.what());
+    return 1;
+  }
+}
