@@ -14,6 +14,7 @@
 #include "zerorun/kernels/cpu/blas.h"
 #include "zerorun/kernels/cpu/cpu.h"
 #include "zerorun/kernels/cpu/scratch.h"
+#include "zerorun/kernels/cpu/vec.h"
 
 namespace zerorun::kernels::cpu {
 namespace {
@@ -79,7 +80,7 @@ void GemmBlock(const GemmParams& p, const float* a, int64_t lda, const float* b,
     if (bias != nullptr) {
       for (int64_t r = 0; r < pr; ++r) {
         float* row = c_blk + r * c_ld;
-        for (int64_t j = 0; j < cols; ++j) row[j] += bias[j0 + j];
+        Vec().add(row, row, bias + j0, cols);
       }
     }
     if (p.c_type != DType::kF32) {
@@ -139,7 +140,7 @@ void BiasAdd(void* out, DType out_type, const void* bias, DType bias_type, int64
     for (int64_t i = b; i < e; ++i) {
       float* r = out_type == DType::kF32 ? static_cast<float*>(out) + i * C : row;
       if (out_type != DType::kF32) LoadRow(out, out_type, i * C, r, C);
-      for (int64_t j = 0; j < C; ++j) r[j] += b32[j];
+      Vec().add(r, r, b32, C);
       if (out_type != DType::kF32) StoreRow(r, out, out_type, i * C, C);
     }
   });

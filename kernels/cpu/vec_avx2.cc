@@ -56,11 +56,10 @@ struct Avx2V {
     return _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_mul_ps(x, _mm256_set1_ps(scale)));
   }
   static float ReduceMax(R v) {
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, v);
-    float m = lanes[0];
-    for (int i = 1; i < 8; ++i) m = ScalarV::Max(lanes[i], m);
-    return m;
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
   }
 };
 

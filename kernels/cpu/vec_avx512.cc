@@ -59,11 +59,11 @@ struct Avx512V {
     return _mm512_maskz_mul_ps(keep, x, _mm512_set1_ps(scale));
   }
   static float ReduceMax(R v) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, v);
-    float m = lanes[0];
-    for (int i = 1; i < 16; ++i) m = ScalarV::Max(lanes[i], m);
-    return m;
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
   }
 };
 

@@ -113,15 +113,21 @@ struct VecImpl {
     return Chunked(n, [&](int64_t i, int64_t len) { return SumChunk(x + i, len); });
   }
 
+  // NaN inputs: the result is unspecified (every caller also sums exp(x - max) or x, which carries
+  // the NaN to its output).
   static float Max(const float* x, int64_t n) {
     int64_t i = 0;
     float m = -std::numeric_limits<float>::infinity();
     if constexpr (V::W > 1) {
-      auto a = V::Set1(m);
-      for (; i + V::W <= n; i += V::W) a = V::Max(V::Load(x + i), a);  // NaN in x propagates
-      m = V::ReduceMax(a);
+      auto a0 = V::Set1(m), a1 = V::Set1(m);  // two chains: max has a 4-cycle latency
+      for (; i + 2 * V::W <= n; i += 2 * V::W) {
+        a0 = V::Max(V::Load(x + i), a0);
+        a1 = V::Max(V::Load(x + i + V::W), a1);
+      }
+      for (; i + V::W <= n; i += V::W) a0 = V::Max(V::Load(x + i), a0);
+      m = V::ReduceMax(V::Max(a0, a1));
     }
-    for (; i < n; ++i) m = ScalarV::Max(x[i], m);
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
     return m;
   }
 
