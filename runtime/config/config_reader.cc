@@ -263,6 +263,10 @@ class Reader final : public ConfigVisitor {
     Warn(f.key, Format("Config parameter {} is deprecated use {} instead", f.key, replacement));
     return b;
   }
+  void Skip(const char* key) override {
+    frames_.back().known.push_back(key);
+    frames_.back().consumed.insert(key);
+  }
   bool Present(const char* key) override {
     const Value* obj = frames_.back().obj;
     if (!obj) return false;
@@ -490,7 +494,7 @@ class Reader final : public ConfigVisitor {
         for (const SchemaEntry& e : ConfigSchema()) {
           const size_t dot = e.path.rfind('.');
           const std::string leaf = dot == std::string::npos ? e.path : e.path.substr(dot + 1);
-          if (leaf == key) {
+          if (leaf == key && e.path != path) {
             msg += e.path.find('.') == std::string::npos ? Format("; \"{}\" is a top-level key", key)
                                                          : Format("; \"{}\" is valid at {}", key, e.path);
             break;

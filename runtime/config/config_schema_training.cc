@@ -113,7 +113,8 @@ void VisitOptimizer(ConfigVisitor& v, OptimizerConfig& o) {
       case OptimizerKind::kSgd: VisitSection(v, params, o.sgd, VisitSgd); break;
       case OptimizerKind::kAdagrad: VisitSection(v, params, o.adagrad, VisitAdagrad); break;
       case OptimizerKind::kNone:
-        if (v.Present("params")) v.Error("params", "given without optimizer.type");
+        if (v.Present("params") && !v.Present("type")) v.Error("params", "given without optimizer.type");
+        v.Skip("params");  // with an invalid type the type's error says it all
         break;
     }
   };
@@ -212,7 +213,8 @@ void VisitScheduler(ConfigVisitor& v, SchedulerConfig& s) {
       case SchedulerKind::kOneCycle: VisitSection(v, params, s.one_cycle, VisitOneCycle); break;
       case SchedulerKind::kLRRangeTest: VisitSection(v, params, s.lr_range_test, VisitLRRangeTest); break;
       case SchedulerKind::kNone:
-        if (v.Present("params")) v.Error("params", "given without scheduler.type");
+        if (v.Present("params") && !v.Present("type")) v.Error("params", "given without scheduler.type");
+        v.Skip("params");  // with an invalid type the type's error says it all
         break;
     }
   };

@@ -79,6 +79,8 @@ class ConfigVisitor {
   // A deprecated key whose translation is done by the caller: the reader returns its bool value when
   // given (warning, marks it known), others return nullopt (the describer records it).
   virtual std::optional<bool> DeprecatedBool(const Field& f, const char* replacement) = 0;
+  // Reader only: `key` is accepted here without being read (its errors were reported elsewhere).
+  virtual void Skip(const char* key) {}
   // Reader only: whether `key` is present in the current section, and whether it holds a bool.
   virtual bool Present(const char* key) { return false; }
   virtual std::optional<bool> PeekBool(const char* key) { return std::nullopt; }

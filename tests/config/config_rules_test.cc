@@ -201,8 +201,9 @@ TEST_SUITE("unit") {
     c = Load(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})");
     CHECK(c.optimizer.Lr() == 0.01);
     CHECK(Load(R"({"train_batch_size": 8})").optimizer.type == rt::OptimizerKind::kNone);
-    CHECK(Has(Errors(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})"), "optimizer.type",
-              "\"OneBitAdam\" is not supported by zerorun"));
+    auto e = Errors(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 10}}})");
+    REQUIRE(e.size() == 1);  // the params of an unsupported type are not reported again
+    CHECK(Has(e, "optimizer.type", "\"OneBitAdam\" is not supported by zerorun"));
     CHECK(Has(Errors(R"({"train_batch_size": 8, "optimizer": {"type": "Adamm"}})"), "optimizer.type", "did you mean \"Adam\""));
     CHECK(Has(Errors(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})"),
               "optimizer.params.max_grad_norm", "please switch to using the deepspeed parameter 'gradient_clipping'"));
