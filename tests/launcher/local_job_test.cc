@@ -58,7 +58,26 @@ TEST_CASE("local job: a real rendezvous and all-reduce through the environment t
   INFO(r.output);
   CHECK(r.exit_code == 0);
   for (int rank = 0; rank < 3; ++rank) {
-    std::ifstream in(dir + "/comm" + std::to_string(rank) + ".txt");
+    std::ifstream in(dir + "/comm" + std::to_string(rank) + ".gen0.txt");
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "ok 3 6");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("restart of a real job: a rank dies mid-job, the next generation rendezvouses again and finishes") {
+  std::string dir = TempDir("commrestart");
+  std::string port = std::to_string(30000 + (getpid() + 7) % 20000);
+  RunResult r = Run({"--num_procs", "3", "--master_port", port, "--max_restarts", "1", "--kill_grace", "2",
+                     BinDir() + "/zr_comm_probe", "--out", dir, "--die_rank", "1", "--die_generation", "0"},
+                    120);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("rank 1 on") != std::string::npos);
+  CHECK(r.output.find("exit code 7") != std::string::npos);
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ifstream in(dir + "/comm" + std::to_string(rank) + ".gen1.txt");
     std::string line;
     std::getline(in, line);
     CHECK(line == "ok 3 6");

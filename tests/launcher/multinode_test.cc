@@ -111,7 +111,7 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, failure tear
   INFO(c.output);
   CHECK(c.exit_code == 0);
   for (int rank = 0; rank < 4; ++rank) {
-    std::ifstream in(comm_out + "/comm" + std::to_string(rank) + ".txt");
+    std::ifstream in(comm_out + "/comm" + std::to_string(rank) + ".gen0.txt");
     std::string line;
     std::getline(in, line);
     CHECK(line == "ok 4 10");
