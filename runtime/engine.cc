@@ -368,6 +368,8 @@ std::vector<Tensor> Engine::GatherParameters() {
   return out;
 }
 
+const Optimizer& Engine::optimizer() const { return *impl_->optimizer; }
+
 double Engine::loss_scale() const { return impl_->scaler.scale(); }
 
 }  // namespace zerorun::runtime

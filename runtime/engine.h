@@ -37,6 +37,8 @@
 
 namespace zerorun::runtime {
 
+class Optimizer;
+
 struct EngineOptions {
   // How trainable parameters are grouped for the optimizer (weight decay on/off, lr multipliers).
   ParamGroupOptions groups;
@@ -108,6 +110,8 @@ class Engine {
   int zero_stage() const { return config_.zero_optimization.StageNumber(); }
   DType model_dtype() const { return model_dtype_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // The optimizer over this rank's partitions (hyper-parameters, step counts, state).
+  const Optimizer& optimizer() const;
   // Parameters of the model (unique; tied counted once), trainable or not.
   int64_t num_parameters() const { return num_parameters_; }
   // Bytes this engine (and the model driven through it) holds, by category.
