@@ -158,6 +158,38 @@ TEST_CASE("zerorun-train under the launcher: 2 ranks x micro 4 over UCX equal 1 
   fs::remove_all(d);
 }
 
+TEST_CASE("zerorun-train over UCX: stage 3 on 2 ranks and stage 2 on 3 ranks with accumulation follow 1 rank") {
+  fs::path d = TempDir("ucx_stages");
+  WriteFile(d / "one.json", Config(12, 0));
+  Proc one = Run(BinDir() + "/zerorun-train --deepspeed_config " + (d / "one.json").string() + kSmall +
+                 " --summary " + (d / "one.out").string());
+  REQUIRE(one.status == 0);
+  std::vector<double> a = Losses(ReadJson(d / "one.out"));
+  struct Case {
+    int ranks, micro, gas, stage;
+  };
+  for (Case c : {Case{2, 6, 1, 3}, Case{3, 2, 2, 2}}) {
+    CAPTURE(c.ranks);
+    CAPTURE(c.stage);
+    std::string cfg = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(c.micro) +
+                      ", \"gradient_accumulation_steps\": " + std::to_string(c.gas) +
+                      ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}}, "
+                      "\"zero_optimization\": {\"stage\": " + std::to_string(c.stage) +
+                      ", \"stage3_param_persistence_threshold\": 100}}";
+    WriteFile(d / "many.json", cfg);
+    Proc many = Run("ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs " + std::to_string(c.ranks) +
+                    " --master_port " + std::to_string(FreePort()) + " " + BinDir() +
+                    "/zerorun-train --deepspeed_config " + (d / "many.json").string() + kSmall + " --summary " +
+                    (d / "many_{rank}.json").string());
+    INFO(many.output);
+    REQUIRE(many.status == 0);
+    std::vector<double> b = Losses(ReadJson(d / "many_0.json"));
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-4 * std::fabs(a[i]));
+  }
+  fs::remove_all(d);
+}
+
 TEST_CASE("zerorun-train: bad input fails with a clear message") {
   fs::path d = TempDir("bad");
   WriteFile(d / "ds.json", Config(2, 0));
