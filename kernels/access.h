@@ -1,11 +1,12 @@
 // Element access over type-erased buffers, for the kernel implementations (not a public API).
 // Load/Store switch on the dtype per element: fine for ref/ and for tails; the fast paths convert
-// whole rows with LoadRow/StoreRow (core's bulk converters, F16C/AVX2 when present).
+// whole rows with LoadRow/StoreRow (row_convert.h: core's bulk converters, AVX-512 when present).
 #pragma once
 
 #include <cstdint>
 
 #include "zerorun/core/dtype.h"
+#include "zerorun/kernels/row_convert.h"
 
 namespace zerorun::kernels {
 
@@ -52,11 +53,11 @@ inline void* At(void* p, DType t, int64_t i) { return static_cast<char*>(p) + st
 
 // dst[0..n) = src elements [i, i + n) as fp32.
 inline void LoadRow(const void* src, DType t, int64_t i, float* dst, int64_t n) {
-  Convert(At(src, t, i), t, dst, DType::kF32, static_cast<size_t>(n));
+  RowToF32(At(src, t, i), t, dst, static_cast<size_t>(n));
 }
 // dst elements [i, i + n) = src[0..n) rounded to t.
 inline void StoreRow(const float* src, void* dst, DType t, int64_t i, int64_t n) {
-  Convert(src, DType::kF32, At(dst, t, i), t, static_cast<size_t>(n));
+  RowFromF32(src, At(dst, t, i), t, static_cast<size_t>(n));
 }
 
 }  // namespace zerorun::kernels
