@@ -236,3 +236,51 @@ TEST_CASE("gpt: bf16 and fp16 models track fp32") {
 
 }  // TEST_SUITE
 }  // namespace zerorun::nn
+
+namespace zerorun::nn {
+TEST_SUITE("unit") {
+
+TEST_CASE("gpt: activations are freed by backward; checkpointing lowers the activation peak") {
+  auto peak = [](bool checkpointing) {
+    MemoryAccount acct("gpt");
+    ScopedMemoryAccount scope(&acct);
+    GptConfig c = Tiny();
+    c.n_layer = 4;
+    c.d_model = 32;
+    c.seq_len = 16;
+    c.dropout = 0.1f;
+    Gpt m(c);
+    m.Initialize(40);
+    if (checkpointing) {
+      for (const auto& [name, block] : m.blocks()->children()) block->SetActivationCheckpointing(true);
+    }
+    Tensor tokens = Ids(4, 16, 11, 41), targets = Ids(4, 16, 11, 42);
+    acct.ResetPeaks();
+    const int64_t before = acct.Current(MemCategory::kActivations);
+    m.ForwardLoss(tokens, targets);
+    m.BackwardLoss(1.0f);
+    CHECK(acct.Current(MemCategory::kActivations) == before);  // nothing saved survives backward
+    return acct.Peak(MemCategory::kActivations) - before;
+  };
+  const int64_t plain = peak(false), ckpt = peak(true);
+  CHECK(plain > 0);
+  CHECK(ckpt < plain * 3 / 4);
+}
+
+TEST_CASE("gpt: eval-mode logits equal the training forward without dropout") {
+  Gpt m(Tiny());
+  m.Initialize(43);
+  Tensor tokens = Ids(2, 6, 11, 44), targets = Ids(2, 6, 11, 45);
+  const float loss = m.ForwardLoss(tokens, targets);
+  m.BackwardLoss(1.0f);
+  m.Eval();
+  Tensor logits = m.Logits(tokens);
+  CHECK(logits.shape() == Shape{2, 6, 11});
+  CrossEntropyLoss ce;
+  ce.Eval();
+  CHECK(ce.Forward(logits, targets) == loss);
+  CHECK_THROWS_AS(m.BackwardLoss(1.0f), InvalidArgument);
+}
+
+}  // TEST_SUITE
+}  // namespace zerorun::nn
