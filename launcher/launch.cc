@@ -165,7 +165,7 @@ int RunGeneration(const LaunchOptions& opts, const std::string& runner, const Wo
   EnvList exports = RemoteExports(CurrentEnviron(), LoadEnvFiles());
   SupervisorOptions so;
   so.kill_grace_s = opts.kill_grace_s + 5;  // agents need their own grace to stop their ranks
-  so.tail_lines = opts.tail_lines;
+  so.tail_lines = 2 * opts.tail_lines + 10;  // room for the agent's whole failure report
   so.what = "node";
   so.stop_by_closing_stdin = runner == "ssh";
 
@@ -258,6 +258,16 @@ int RunGeneration(const LaunchOptions& opts, const std::string& runner, const Wo
     std::string status = out.marker_exit_code > 0 ? Format("exit code {}", out.marker_exit_code) : DescribeStatus(r);
     std::fprintf(stderr, "zerorun: %s ended with %s; the job was stopped on every node\n",
                  specs[static_cast<size_t>(out.failed_child)].name.c_str(), status.c_str());
+    // Repeat the failed rank's report (sent by the agent or step process) so it is the last thing shown.
+    std::vector<std::string> tail(r.tail.begin(), r.tail.end());
+    for (size_t i = tail.size(); i-- > 0;) {
+      if (tail[i].find("zerorun: job failed:") == std::string::npos) continue;
+      for (size_t j = i; j < tail.size(); ++j) {
+        bool part = j == i || tail[j].find("zerorun: last ") != std::string::npos || tail[j].find("  | ") != std::string::npos;
+        if (part) std::fprintf(stderr, "%s\n", tail[j].c_str());
+      }
+      break;
+    }
     if (r.exit_code == 255 && (runner == "ssh" || runner == "pdsh")) {
       std::fprintf(stderr, "zerorun: exit code 255 is ssh's own failure (connection lost or refused); last lines:\n");
       for (const std::string& l : r.tail) std::fprintf(stderr, "  | %s\n", l.c_str());

@@ -128,6 +128,8 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, failure tear
   CHECK(f.seconds < 40);
   CHECK(f.output.find("rank 3 on " ) != std::string::npos);
   CHECK(f.output.find("exit code 9") != std::string::npos);
+  // the report is repeated at the end: the last lines name the rank and show its output
+  CHECK(f.output.rfind("zerorun: job failed: rank 3 on") > f.output.rfind("the job was stopped on every node"));
   CHECK(ProcessesMatching(out2).empty());
 
   // 3. SIGTERM to the launcher while all four ranks run.
