@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch baseline for bench_gpt: the same GPT (learned positions, pre-LN blocks, fused qkv, GELU-tanh
 MLP 4x, final LayerNorm, LM head tied to the token embedding), forward + backward per iteration, no
-optimizer step. bf16 runs under torch.autocast('cpu', torch.bfloat16), as users run it.
+optimizer step. With --train (bench/train/run.sh) each iteration also takes a torch.optim.AdamW step
+(lr 3e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.01 on >= 2-D parameters only, no clipping), as
+bench_train configures the engine. bf16 runs under torch.autocast('cpu', torch.bfloat16), as users run it.
 Last line: "tokens_per_s <value>"."""
 import argparse
 import math
@@ -69,6 +71,7 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--train", action="store_true", help="add a torch.optim.AdamW step to every iteration")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -76,11 +79,20 @@ def main():
     idx = torch.randint(0, a.vocab, (a.batch, a.seq))
     tgt = torch.randint(0, a.vocab, (a.batch, a.seq))
 
+    opt = None
+    if a.train:
+        params = list(model.parameters())  # unique: the tied weight once
+        opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+                                 {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                                lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
+
     def step():
         model.zero_grad(set_to_none=False)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
             loss = model(idx, tgt)
         loss.backward()
+        if opt is not None:
+            opt.step()
 
     for _ in range(a.warmup):
         step()
@@ -91,7 +103,7 @@ def main():
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     n = sum(p.numel() for p in model.parameters())
-    print(f"torch {torch.__version__} {a.dtype}, threads={torch.get_num_threads()}, {n} params: "
+    print(f"torch {torch.__version__} {a.dtype}{' train (AdamW)' if a.train else ''}, threads={torch.get_num_threads()}, {n} params: "
           f"{1e3 * med:.1f} ms/iter (median of {a.iters}), min {1e3 * min(times):.1f} ms")
     print(f"tokens_per_s {a.batch * a.seq / med:.1f}")
 
