@@ -8,6 +8,7 @@
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/runtime/engine_internal.h"
+#include "zerorun/runtime/nn/init.h"
 
 namespace zerorun::runtime {
 
@@ -152,9 +153,18 @@ void Engine::Init() {
                : model_dtype_ == DType::kBF16 ? "bf16.enabled" : "fp16.enabled", p->name(), DTypeName(p->dtype()),
                DTypeName(model_dtype_));
     }
-    if (!p->engine_data().defined()) {
-      ZR_THROW(InvalidArgument, "parameter {} has no value: call model.Initialize(seed) before creating the engine",
-               p->name());
+    if (!p->engine_data().defined() && !options_.init_seed) {
+      ZR_THROW(InvalidArgument, "parameter {} has no value: call model.Initialize(seed) before creating the engine, "
+               "or set EngineOptions::init_seed", p->name());
+    }
+  }
+  if (options_.init_seed) {
+    model_.SetRngSeed(*options_.init_seed);
+    // Frozen parameters are not partitioned: they get their full value here.
+    for (nn::Parameter* p : params) {
+      if (p->requires_grad()) continue;
+      p->AllocateData();
+      nn::FillInitTensor(p->init(), *options_.init_seed, p->name(), p->engine_data());
     }
   }
   groups_ = BuildParamGroups(params, options_.groups);
@@ -194,7 +204,11 @@ void Engine::BuildGroups() {
     for (size_t i = 0; i < pg.params.size(); ++i) {
       nn::Parameter* p = pg.params[i];
       Tensor view = gs.flat_params.View(gs.layout.offsets[i], p->shape());
-      view.CopyFrom(p->engine_data());
+      if (options_.init_seed) {
+        nn::FillInitTensor(p->init(), *options_.init_seed, p->name(), view);
+      } else {
+        view.CopyFrom(p->engine_data());
+      }
       p->BindData(view);
       impl_->where[p] = {static_cast<int>(gi), static_cast<int>(i)};
     }

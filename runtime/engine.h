@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,11 @@ struct EngineOptions {
   bool log_progress = true;
   // Name used in log lines for this engine ("" : "rank R").
   std::string name;
+  // Initialise the parameters from their Init recipes with this seed (and seed the model's dropout
+  // RNG) instead of taking the model's current values: then the model need not be Initialize()d, and
+  // at ZeRO stage 3 each rank only ever materialises its own shards of the full model. The values are
+  // bit-identical to model.Initialize(seed) (initialisation is position-stable).
+  std::optional<uint64_t> init_seed;
 };
 
 // The result of one Step() call.

@@ -5,6 +5,7 @@
 #include "zerorun/core/error.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/engine_internal.h"
+#include "zerorun/runtime/nn/init.h"
 
 namespace zerorun::runtime {
 
@@ -34,7 +35,16 @@ void Engine::BuildGroupsStage3() {
       zero::Stage3Shard sh = zero::ShardParamStage3(p->numel(), world, rank);
       Tensor shard = gs.flat_params.View(gs.shard_offsets[i], {sh.shard_numel});
       if (!sh.real.empty()) {
-        shard.View(0, {sh.real.size()}).CopyFrom(p->engine_data().Flatten().View(sh.real.begin, {sh.real.size()}));
+        Tensor dst = shard.View(0, {sh.real.size()});
+        if (options_.init_seed) {
+          // Only this rank's elements of the parameter are ever computed.
+          std::vector<float> values(static_cast<size_t>(sh.real.size()));
+          nn::FillInit(p->init(), p->shape(), *options_.init_seed, p->name(), sh.real.begin, values.data(),
+                       sh.real.size());
+          Convert(values.data(), DType::kF32, dst.data(), dst.dtype(), values.size());
+        } else {
+          dst.CopyFrom(p->engine_data().Flatten().View(sh.real.begin, {sh.real.size()}));
+        }
         gs.own_slices.push_back({static_cast<int>(i), sh.real.begin, gs.shard_offsets[i], sh.real.size()});
       }
       impl_->param_id[p] = static_cast<int>(coord_params.size());

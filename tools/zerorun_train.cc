@@ -216,9 +216,9 @@ int Run(const Args& args) {
   gc.dtype = cfg.ModelDType();
   if (gc.d_model % gc.n_head != 0) UsageError("--d_model must be a multiple of --n_head");
   zr::gpt::Gpt model(gc);
-  model.Initialize(args.seed);
   zr::runtime::EngineOptions eo;
   eo.groups.no_weight_decay_for_1d = true;
+  eo.init_seed = args.seed;  // the engine fills parameters (at stage 3 only this rank's shards)
   zr::runtime::Engine engine(model, cfg, comm, eo);
   if (rank == 0) {
     ZR_INFO("model {} ({} parameters); data {}{}", gc.ToString(), engine.num_parameters(), dataset->description(),

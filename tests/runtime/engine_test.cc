@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "engine_test_util.h"
 #include "zerorun/core/error.h"
@@ -172,6 +173,56 @@ TEST_CASE("engine: stages 0-3 x worlds 1-4 x fp32/bf16/fp16 x accumulation 1 and
         }
       }
     }
+  }
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("unit") {
+
+TEST_CASE("engine: stage 3 built from recipes never materialises the full model and equals Initialize()") {
+  for (int world : {1, 3}) {
+    std::vector<std::vector<double>> losses(2);
+    for (int from_recipe = 0; from_recipe < 2; ++from_recipe) {
+      std::mutex mu;
+      comm::RunLocalRanks(world, [&](comm::Communicator& c) {
+        RunSpec s;
+        s.world = world;
+        s.stage = 3;
+        s.micro = 6 / world;
+        s.dtype = DType::kBF16;
+        s.zero_json = R"(, "stage3_param_persistence_threshold": 0)";
+        runtime::LoadOptions lo;
+        lo.world_size = world;
+        lo.log_warnings = false;
+        runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+        MemoryAccount before("model");
+        gpt::Gpt model(TinyGpt(DType::kBF16));
+        runtime::EngineOptions eo;
+        if (from_recipe) {
+          eo.init_seed = 9;
+        } else {
+          model.Initialize(9);
+        }
+        runtime::Engine engine(model, cfg, c, eo);
+        if (from_recipe) {
+          // Only this rank's shards (and nothing full-size) were ever allocated for the parameters.
+          CHECK(engine.memory().Peak(MemCategory::kParams) ==
+                engine.memory().Current(MemCategory::kParams));
+          CHECK(engine.memory().Current(MemCategory::kParams) * world < 2 * engine.num_parameters() + 64 * world);
+        }
+        std::vector<double> mine;
+        for (int step = 0; step < 4; ++step) {
+          auto [x, y] = MicroBatch(step, 0, c.rank(), world, s.micro, 1, 8, 16);
+          mine.push_back(engine.Forward(x, y));
+          engine.Backward();
+          engine.Step();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (c.rank() == 0) losses[static_cast<size_t>(from_recipe)] = mine;
+      });
+    }
+    CHECK(losses[0] == losses[1]);
   }
 }
 
