@@ -57,6 +57,8 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
   --n_layer L --n_head H --d_model C --seq_len T --vocab_size V
                            model dims (default 4, 4, 128, 64, 64; V is 256 for text data)
   --dropout P              dropout probability (default 0)
+  --checkpoint_activations recompute each transformer block's activations in backward instead of
+                           keeping them (activation checkpointing)
   --summary PATH           write a JSON summary per rank ({rank} in PATH is replaced)
   --log_every N            progress line every N steps on rank 0 (default 10)
   --backend ucx|local      communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
@@ -76,6 +78,7 @@ struct Args {
   int64_t log_every = 10;
   std::string backend;
   bool allow_unknown = false;
+  bool checkpoint_activations = false;
 };
 
 [[noreturn]] void UsageError(const std::string& msg) {
@@ -121,6 +124,8 @@ Args ParseArgs(int argc, char** argv) {
       std::exit(0);
     } else if (arg == "--allow_unknown_config") {
       a.allow_unknown = true;
+    } else if (arg == "--checkpoint_activations") {
+      a.checkpoint_activations = true;
     } else if (arg == "--local_rank") {
       ParseInt(arg, take(), 0);
     } else if (arg == "--seed") {
@@ -216,6 +221,9 @@ int Run(const Args& args) {
   gc.dtype = cfg.ModelDType();
   if (gc.d_model % gc.n_head != 0) UsageError("--d_model must be a multiple of --n_head");
   zr::gpt::Gpt model(gc);
+  if (args.checkpoint_activations) {
+    for (const auto& [name, block] : model.blocks()->children()) block->SetActivationCheckpointing(true);
+  }
   zr::runtime::EngineOptions eo;
   eo.groups.no_weight_decay_for_1d = true;
   eo.init_seed = args.seed;  // the engine fills parameters (at stage 3 only this rank's shards)

@@ -133,6 +133,19 @@ TEST_CASE("zerorun-train: the same command twice gives bitwise identical losses"
   fs::remove_all(d);
 }
 
+TEST_CASE("zerorun-train: activation checkpointing gives identical losses with fewer activation bytes") {
+  fs::path d = TempDir("ckpt");
+  WriteFile(d / "ds.json", Config(8, 3, "\"bf16\": {\"enabled\": true},"));
+  std::string cmd = BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + kSmall +
+                    " --dropout 0.1";
+  REQUIRE(Run(cmd + " --summary " + (d / "plain.json").string()).status == 0);
+  REQUIRE(Run(cmd + " --checkpoint_activations --summary " + (d / "ckpt.json").string()).status == 0);
+  rapidjson::Document a = ReadJson(d / "plain.json"), b = ReadJson(d / "ckpt.json");
+  CHECK(Losses(a) == Losses(b));  // dropout masks replay bit for bit
+  CHECK(b["memory_bytes"]["activations"]["peak"].GetInt64() < a["memory_bytes"]["activations"]["peak"].GetInt64());
+  fs::remove_all(d);
+}
+
 TEST_CASE("zerorun-train under the launcher: 2 ranks x micro 4 over UCX equal 1 rank x micro 8") {
   fs::path d = TempDir("launcher");
   WriteFile(d / "one.json", Config(8, 0));
