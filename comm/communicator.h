@@ -248,8 +248,15 @@ class Communicator {
 
  private:
   friend class Work;
+  struct Queued {
+    OpDesc op;
+    std::shared_ptr<detail::WorkState> work;
+  };
   Work Submit(OpDesc op);
   void ExecutorLoop();
+  bool RunQueued(Queued& q, double* start_out);
+  // Work::Wait's fast path: runs the op of `w` here if it is next and nothing else runs.
+  bool TryRunInline(const detail::WorkState* w);
   void Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start, std::exception_ptr err);
 
   std::string backend_name_;
@@ -269,12 +276,11 @@ class Communicator {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  struct Queued {
-    OpDesc op;
-    std::shared_ptr<detail::WorkState> work;
-  };
   std::deque<Queued> queue_;
+  std::atomic<bool> queued_flag_{false};  // !queue_.empty(), readable without mu_
   int64_t running_ = 0;  // queued or executing or pending p2p
+  bool executing_ = false;    // an op is running (on the executor or inline in Work::Wait)
+  int64_t pending_count_ = 0;  // p2p ops waiting for their poll
   bool stop_ = false;
   std::thread executor_;
 

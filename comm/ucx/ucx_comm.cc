@@ -48,6 +48,11 @@ std::shared_ptr<Context> Context::Get() {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);  // reads UCX_* from the environment
   if (st != UCS_OK) ZR_THROW(CommError, "ucx: reading the UCX configuration failed: {}", ucs_status_string(st));
+  // Zero-copy rendezvous goes through CMA (process_vm_readv) within a node, and UCX 1.13 aborts the
+  // *surviving* process when the peer dies mid-transfer (cma_ep.c: fatal error). Eager copies through
+  // the shared-memory FIFOs survive a peer's death, so they are the default; UCX_RNDV_THRESH set by
+  // the user wins (docs/comm.md).
+  if (!std::getenv("UCX_RNDV_THRESH")) ucp_config_modify(config, "RNDV_THRESH", "inf");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG;

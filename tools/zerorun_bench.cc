@@ -1,0 +1,269 @@
+// zerorun-bench: collective bandwidth in the style of nccl-tests.
+//
+//   zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local] [--nprocs N]
+//                 [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N]
+//                 [--dtype fp32] [--op sum] [--json] [--check]
+//
+// Runs as one rank of a job started by the launcher (RANK, WORLD_SIZE, MASTER_* in the environment),
+// or, with --nprocs N, starts N ranks itself: N processes on this machine for ucx (rendezvous on a free
+// loopback port), N threads for local. Per message size it prints time (µs, the slowest rank's mean
+// over --iters), algbw = size / time and busbw = algbw · factor (all-reduce 2(n-1)/n, reduce-scatter and
+// all-gather (n-1)/n), in GB/s. Size is the full buffer as nccl-tests counts it: the all-reduce buffer,
+// the all-gather output, the reduce-scatter input. --json prints one object per line instead.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "zerorun/comm/communicator.h"
+#include "zerorun/comm/init.h"
+#include "zerorun/comm/local/local_comm.h"
+#include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
+#include "zerorun/core/timer.h"
+
+using namespace zerorun;
+using namespace zerorun::comm;
+
+namespace {
+
+struct Args {
+  OpType op = OpType::kAllReduce;
+  std::string op_name;
+  std::string backend = "ucx";
+  int nprocs = 0;
+  size_t min_bytes = 4 << 10;
+  size_t max_bytes = 64 << 20;
+  double factor = 2;
+  int iters = 0;  // 0: by size
+  int warmup = 0;
+  DType dtype = DType::kF32;
+  ReduceOp reduce = ReduceOp::kSum;
+  bool json = false;
+  bool check = false;
+};
+
+[[noreturn]] void Usage(const std::string& msg) {
+  std::fprintf(stderr,
+               "zerorun-bench: %s\n"
+               "usage: zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local] [--nprocs N]\n"
+               "       [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N] [--dtype fp32]\n"
+               "       [--op sum|avg|max|min] [--json] [--check]\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+size_t ParseBytes(const std::string& flag, const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string suffix = end ? end : "";
+  double mult = 1;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty() && suffix != "B") Usage(flag + ": cannot parse '" + s + "'");
+  if (end == s.c_str() || v < 0) Usage(flag + ": cannot parse '" + s + "'");
+  return static_cast<size_t>(v * mult);
+}
+
+Args Parse(int argc, char** argv) {
+  if (argc < 2) Usage("missing the collective");
+  Args a;
+  a.op_name = argv[1];
+  if (a.op_name == "allreduce" || a.op_name == "all_reduce") a.op = OpType::kAllReduce;
+  else if (a.op_name == "reduce_scatter" || a.op_name == "reducescatter") a.op = OpType::kReduceScatter;
+  else if (a.op_name == "all_gather" || a.op_name == "allgather") a.op = OpType::kAllGather;
+  else Usage("unknown collective '" + a.op_name + "'");
+  for (int i = 2; i < argc; ++i) {
+    std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Usage(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--backend") a.backend = value();
+    else if (f == "--nprocs") a.nprocs = std::atoi(value().c_str());
+    else if (f == "--min-bytes") a.min_bytes = ParseBytes(f, value());
+    else if (f == "--max-bytes") a.max_bytes = ParseBytes(f, value());
+    else if (f == "--factor") a.factor = std::atof(value().c_str());
+    else if (f == "--iters") a.iters = std::atoi(value().c_str());
+    else if (f == "--warmup") a.warmup = std::atoi(value().c_str());
+    else if (f == "--dtype") {
+      try {
+        a.dtype = ParseDType(value());
+      } catch (const Error& e) {
+        Usage(e.what());
+      }
+    } else if (f == "--op") {
+      std::string o = value();
+      if (o == "sum") a.reduce = ReduceOp::kSum;
+      else if (o == "avg") a.reduce = ReduceOp::kAvg;
+      else if (o == "max") a.reduce = ReduceOp::kMax;
+      else if (o == "min") a.reduce = ReduceOp::kMin;
+      else Usage("--op: unknown reduction '" + o + "'");
+    } else if (f == "--json") a.json = true;
+    else if (f == "--check") a.check = true;
+    else Usage("unknown flag '" + f + "'");
+  }
+  if (a.factor <= 1) Usage("--factor must be > 1");
+  if (a.min_bytes > a.max_bytes) Usage("--min-bytes is larger than --max-bytes");
+  if (a.backend != "ucx" && a.backend != "local") Usage("--backend must be ucx or local (nccl: use the gpu tests)");
+  return a;
+}
+
+// Runs the sweep on one rank; rank 0 prints.
+void Sweep(Communicator& comm, const Args& a) {
+  const int n = comm.size();
+  const size_t es = DTypeSize(a.dtype);
+  const double bus = BusBandwidthFactor(a.op, n);
+  if (comm.rank() == 0 && !a.json) {
+    std::printf("# zerorun-bench %s: backend %s, %d ranks, %s, %s\n", OpTypeName(a.op), comm.backend_name().c_str(), n,
+                DTypeName(a.dtype), ReduceOpName(a.reduce));
+    std::printf("# %12s %12s %10s %12s %12s %12s\n", "size(B)", "count", "iters", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)");
+  }
+  std::vector<char> send, recv;
+  for (double sz = static_cast<double>(a.min_bytes); sz <= static_cast<double>(a.max_bytes) * 1.0000001; sz *= a.factor) {
+    // Elements per rank-buffer, rounded so the full size splits evenly over ranks.
+    size_t total = static_cast<size_t>(sz) / es;
+    if (a.op != OpType::kAllReduce) total = std::max<size_t>(total / static_cast<size_t>(n), 1) * static_cast<size_t>(n);
+    if (total == 0) total = 1;
+    const size_t bytes = total * es;
+    const size_t per_rank = a.op == OpType::kAllReduce ? total : total / static_cast<size_t>(n);
+    send.assign(a.op == OpType::kAllGather ? per_rank * es : bytes, 0);
+    recv.assign(a.op == OpType::kReduceScatter ? per_rank * es : bytes, 0);
+    if (a.check && a.dtype == DType::kF32) {
+      auto* f = reinterpret_cast<float*>(send.data());
+      for (size_t i = 0; i < send.size() / 4; ++i) f[i] = static_cast<float>(comm.rank() + 1);
+    }
+    int iters = a.iters > 0 ? a.iters : static_cast<int>(std::clamp<double>(2e9 / (static_cast<double>(bytes) * 20 + 2e6), 5, 1000));
+    int warmup = a.warmup > 0 ? a.warmup : std::max(2, iters / 10);
+    auto run = [&] {
+      switch (a.op) {
+        case OpType::kAllReduce: return comm.AllReduce(send.data(), recv.data(), per_rank, a.dtype, a.reduce);
+        case OpType::kReduceScatter: return comm.ReduceScatter(send.data(), recv.data(), per_rank, a.dtype, a.reduce);
+        default: return comm.AllGather(send.data(), recv.data(), per_rank, a.dtype);
+      }
+    };
+    for (int i = 0; i < warmup; ++i) run().Wait();
+    comm.Barrier().Wait();
+    Stopwatch sw;
+    for (int i = 0; i < iters; ++i) run().Wait();
+    double t = sw.ElapsedSeconds() / iters;
+    comm.AllReduce(&t, 1, DType::kF64, ReduceOp::kMax).Wait();  // the slowest rank's time
+    bool ok = true;
+    if (a.check && a.dtype == DType::kF32 && a.reduce == ReduceOp::kSum) {
+      const float want = static_cast<float>(n * (n + 1) / 2);
+      const auto* f = reinterpret_cast<const float*>(recv.data());
+      if (a.op != OpType::kAllGather) {
+        for (size_t i = 0; i < recv.size() / 4; ++i) ok &= f[i] == want;
+      } else {
+        for (size_t i = 0; i < recv.size() / 4; ++i) ok &= f[i] == static_cast<float>(i / per_rank + 1);
+      }
+    }
+    double algbw = static_cast<double>(bytes) / t / 1e9;
+    if (comm.rank() == 0) {
+      if (a.json) {
+        std::printf("{\"op\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"size_bytes\": %zu, "
+                    "\"count\": %zu, \"iters\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f%s}\n",
+                    OpTypeName(a.op), comm.backend_name().c_str(), n, DTypeName(a.dtype), bytes, per_rank, iters, t * 1e6,
+                    algbw, algbw * bus, a.check ? (ok ? ", \"check\": true" : ", \"check\": false") : "");
+      } else {
+        std::printf("  %12zu %12zu %10d %12.2f %12.3f %12.3f%s\n", bytes, per_rank, iters, t * 1e6, algbw, algbw * bus,
+                    a.check ? (ok ? "  ok" : "  WRONG") : "");
+      }
+      std::fflush(stdout);
+    }
+    if (!ok) ZR_THROW(CommError, "zerorun-bench: wrong result for {} bytes on rank {}", bytes, comm.rank());
+  }
+}
+
+int PickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Forks n copies of this program as ranks 0..n-1; returns the worst exit status.
+int SpawnRanks(int n, int argc, char** argv) {
+  const int port = PickFreePort();
+  std::random_device rd;
+  const std::string token = std::to_string(rd()) + std::to_string(rd());
+  std::vector<pid_t> pids;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--nprocs") {
+      ++i;
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  args.push_back(nullptr);
+  for (int r = 0; r < n; ++r) {
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("LOCAL_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("ZERORUN_JOB_TOKEN", token.c_str(), 1);
+      ::setenv("ZERORUN_RESTART", "0", 1);
+      ::execv("/proc/self/exe", args.data());
+      std::perror("zerorun-bench: exec");
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t p : pids) {
+    int status = 0;
+    ::waitpid(p, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && worst == 0) {
+      worst = code;
+      for (pid_t q : pids) ::kill(q, SIGTERM);  // one rank failed: do not leave the others waiting
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = Parse(argc, argv);
+  try {
+    if (a.backend == "local") {
+      int n = a.nprocs > 0 ? a.nprocs : 1;
+      RunLocalRanks(n, [&](Communicator& comm) { Sweep(comm, a); });
+      return 0;
+    }
+    if (a.nprocs > 0 && !std::getenv("RANK")) return SpawnRanks(a.nprocs, argc, argv);
+    InitOptions io;
+    io.backend = a.backend;
+    auto comm = InitFromEnv(io);
+    Sweep(*comm, a);
+  } catch (const Error& e) {
+    ZR_ERROR("zerorun-bench: {}", e.what());
+    return 1;
+  }
+  return 0;
+}
