@@ -15,7 +15,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
-#include "zerorun/launcher/launch.h"
+#include "zerorun/launcher/commands.h"
 
 namespace zerorun::launcher {
 

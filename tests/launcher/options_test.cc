@@ -9,7 +9,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/launcher/binding.h"
-#include "zerorun/launcher/launch.h"
+#include "zerorun/launcher/commands.h"
 #include "zerorun/launcher/options.h"
 #include "zerorun/launcher/text.h"
 #include "zerorun/launcher/world.h"
