@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "zerorun/comm/init.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/core/thread_pool.h"
@@ -23,6 +22,7 @@
 #include "zerorun/runtime/data/dataset.h"
 #include "zerorun/runtime/data/markov.h"
 #include "zerorun/runtime/data/sampler.h"
+#include "zerorun/runtime/distributed.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/summary.h"
 
@@ -163,21 +163,15 @@ zr::Tensor ToTensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
 int Run(const Args& args) {
   zr::comm::InitOptions io;
   io.backend = args.backend;
-  std::shared_ptr<zr::comm::Communicator> comm = zr::comm::InitFromEnv(io);
-  const int rank = comm->rank(), world = comm->size();
-  if (world > 1) zr::SetLogRank(rank);
-
   zr::runtime::LoadOptions lo;
-  lo.world_size = world;
   lo.allow_unknown_keys = args.allow_unknown;
   lo.hidden_size = args.d_model;
-  lo.log_warnings = rank == 0;
-  Config cfg = args.config_path.empty() ? zr::runtime::LoadConfigString(kDefaultConfig, [&] {
-    auto o = lo;
-    o.source_name = "built-in default config";
-    return o;
-  }())
-                                        : zr::runtime::LoadConfigFile(args.config_path, lo);
+  lo.source_name = args.config_path.empty() ? "built-in default config" : "";
+  zr::runtime::DistributedSetup setup =
+      zr::runtime::InitFromEnvironment(args.config_path, kDefaultConfig, lo, io);
+  std::shared_ptr<zr::comm::Communicator> comm = setup.comm;
+  const Config& cfg = setup.config;
+  const int rank = comm->rank(), world = comm->size();
 
   // Data.
   std::unique_ptr<zr::data::TokenDataset> dataset;
