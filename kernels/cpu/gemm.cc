@@ -24,6 +24,7 @@ namespace {
 constexpr int64_t kPanelElems = int64_t{4} << 20;
 constexpr int64_t kMinPanelRows = 256;
 constexpr double kMinFlopsPerChunk = 2.0e6;   // below this a chunk is not worth a thread
+constexpr double kMaxFlopsPerBatchItem = 3.2e7;  // smaller batched items run one per thread
 
 // fp32 copy of a (rows, cols) matrix with leading dim ld into `dst` (leading dim cols), threaded.
 void ConvertMatrix(const void* src, DType t, int64_t rows, int64_t cols, int64_t ld, float* dst) {
@@ -101,6 +102,27 @@ void Gemm(const GemmParams& p) {
   }
   int threads = ThreadPool::Default().num_threads();
   double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<int64_t>(1, p.k));
+  if (p.batch > 1 && flops < kMaxFlopsPerBatchItem) {
+    // Many small products (e.g. attention heads): whole items per chunk, each on one thread.
+    ParallelFor(0, p.batch, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t bi = i0; bi < i1; ++bi) {
+        GemmParams q = p;
+        q.a = At(p.a, p.a_type, bi * p.stride_a);
+        const void* b_raw = At(p.b, p.b_type, bi * p.stride_b);
+        const float* b32 = static_cast<const float*>(b_raw);
+        int64_t ldb = p.ldb;
+        if (p.b_type != DType::kF32) {
+          float* s = Scratch(kScratchB, static_cast<size_t>(b_rows * b_cols));
+          for (int64_t r = 0; r < b_rows; ++r) LoadRow(b_raw, p.b_type, r * p.ldb, s + r * b_cols, b_cols);
+          b32 = s;
+          ldb = b_cols;
+        }
+        GemmBlock(q, static_cast<const float*>(q.a), p.lda, b32, ldb, At(p.c, p.c_type, bi * p.stride_c), bias32, 0,
+                  p.m, 0, p.n);
+      }
+    });
+    return;
+  }
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     const void* a_raw = At(p.a, p.a_type, bi * p.stride_a);
     const void* b_raw = At(p.b, p.b_type, bi * p.stride_b);
