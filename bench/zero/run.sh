@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# ZeRO stages 0-3 side by side at 2 and 4 ranks on the benchmark GPT (4 layers, d 256, 4 heads, T 128,
+# V 256, micro batch 8 per rank, bf16 with fp32 master weights and AdamW state = the ZeRO paper's
+# mixed-precision Adam): step time, model-state memory by category and bytes sent per rank per step,
+# each beside the paper's expectation (memory 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N bytes; traffic 2Ψ, 2Ψ, 2Ψ,
+# 3Ψ elements in (N-1)/N units, ×2 bytes for bf16). Every run goes through the launcher over UCX:
+#   zerorun --num_procs N [--bind_cores_to_rank] zerorun-train --deepspeed_config <stage>.json ...
+# with the per-rank JSON summaries as the source. Ranks beyond the core count cannot be bound (the
+# launcher refuses): they run unbound with one thread each and the output says they are oversubscribed
+# (memory and bytes do not depend on speed; step times then do not mean much).
+#   bench/zero/run.sh [build-dir] [steps] [reps]   (needs: ninja -C build zerorun_cli zerorun-train)
+# Step time: median over the steps after the first (from rank 0's per-step progress), median over reps.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../../build}
+steps=${2:-4}
+reps=${3:-1}
+launcher=$build/bin/zerorun
+train=$build/bin/zerorun-train
+for b in "$launcher" "$train"; do
+  [[ -x $b ]] || { echo "run.sh: $b not found; build zerorun_cli and zerorun-train first" >&2; exit 1; }
+done
+((steps >= 2)) || { echo "run.sh: steps must be >= 2 (the first step is warm-up)" >&2; exit 2; }
+cores=$(nproc --all)
+work=$(mktemp -d /tmp/zr_bench_zero.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+unset ZERORUN_NUM_THREADS  # the launcher's OMP_NUM_THREADS must decide the threads per rank
+export ZERORUN_COMM_BACKEND=ucx
+
+for stage in 0 1 2 3; do
+  # Persistence threshold 0: every parameter is partitioned at stage 3 (DeepSpeed's default 1e5 would
+  # keep this small model's 64 K-element matrices whole on every rank).
+  cat >"$work/stage$stage.json" <<JSON
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
+ "bf16": {"enabled": true},
+ "zero_optimization": {"stage": $stage, "stage3_param_persistence_threshold": 0}}
+JSON
+done
+
+model=(--n_layer 4 --d_model 256 --n_head 4 --seq_len 128 --vocab_size 256)
+for ((r = 1; r <= reps; r++)); do
+  for n in 2 4; do
+    bind=(--bind_cores_to_rank)
+    if ((n > cores)); then bind=(); fi
+    for stage in 0 1 2 3; do
+      tag="n${n}_s${stage}_r${r}"
+      echo "rep $r: $n ranks, stage $stage ..." >&2
+      if ! OMP_NUM_THREADS=1 "$launcher" --num_procs "$n" "${bind[@]}" "$train" \
+          --deepspeed_config "$work/stage$stage.json" --steps "$steps" --log_every 1 "${model[@]}" \
+          --summary "$work/${tag}_{rank}.json" >"$work/$tag.log" 2>&1; then
+        echo "run.sh: $n ranks, stage $stage failed; its output:" >&2
+        tail -30 "$work/$tag.log" >&2
+        exit 1
+      fi
+    done
+  done
+done
+
+/usr/bin/python3 - "$work" "$steps" "$reps" "$cores" <<'PY'
+import glob, json, re, statistics, sys
+work, steps, reps, cores = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+MiB = 1 << 20
+
+def step_ms(log, tokens):
+    # rank 0 prints the cumulative global tokens/s after every step: t_k = tokens * k / tps_k.
+    t = {}
+    for m in re.finditer(r"step\s+(\d+)/\d+ .*?\|\s+(\d+) tokens/s", open(log).read()):
+        k, tps = int(m.group(1)), float(m.group(2))
+        t[k] = tokens * k / tps
+    d = [t[k] - t[k - 1] for k in sorted(t) if k - 1 in t and k >= 2]
+    return 1e3 * statistics.median(d)
+
+rows = []
+for n in (2, 4):
+    for stage in range(4):
+        times, summ = [], None
+        for r in range(1, reps + 1):
+            tag = f"n{n}_s{stage}_r{r}"
+            ranks = [json.load(open(f)) for f in sorted(glob.glob(f"{work}/{tag}_*.json"))]
+            assert len(ranks) == n, (tag, len(ranks))
+            tokens = ranks[0]["micro_batch"] * ranks[0]["seq_len"] * n
+            times.append(step_ms(f"{work}/{tag}.log", tokens))
+            summ = ranks
+        psi = summ[0]["parameters"]
+        cur = lambda s, c: s["memory_bytes"][c]["current"]
+        peak = lambda s, c: s["memory_bytes"][c]["peak"]
+        cats = ("params", "grads", "master", "optimizer")
+        ms = max(sum(cur(s, c) for c in cats) for s in summ)   # model states after a step, worst rank
+        sent = statistics.mean(sum(v["bytes_sent"] for v in s["comm_bytes"].values()) for s in summ) / steps
+        unit = psi * (n - 1) / n * 2                           # Ψ(N-1)/N bf16 elements, in bytes
+        want_mem = {0: 16 * psi, 1: 4 * psi + 12 * psi / n, 2: 2 * psi + 14 * psi / n, 3: 16 * psi / n}[stage]
+        want_k = {0: 2, 1: 2, 2: 2, 3: 3}[stage]
+        rows.append(dict(n=n, stage=stage, ms=statistics.median(times), tps=tokens / (statistics.median(times) / 1e3),
+                         cats={c: max(cur(s, c) for s in summ) for c in cats}, ms_total=ms, want_mem=want_mem,
+                         buckets=max(peak(s, "buckets") for s in summ), act=max(peak(s, "activations") for s in summ),
+                         peak_total=max(s["memory_bytes"]["peak_total"] for s in summ), sent=sent, k=sent / unit,
+                         want_k=want_k, loss=summ[0]["final_loss"],
+                         ops=" ".join(f"{k} {statistics.mean(s['comm_bytes'][k]['bytes_sent'] for s in summ) / steps / unit:.3f}"
+                                      for k in sorted(summ[0]["comm_bytes"]) if k != "all_reduce" or stage == 0)))
+
+psi = summ[0]["parameters"]
+print(f"ZeRO stages on the benchmark GPT: Ψ = {psi} parameters, bf16 weights/grads, fp32 master + AdamW, "
+      f"micro batch 8 x T 128 per rank, UCX, {steps} steps ({steps - 1} timed), median of {reps} run(s); {cores} cores")
+for n in (2, 4):
+    if n > cores:
+        print(f"NOTE: {n} ranks on {cores} cores are OVERSUBSCRIBED (unbound, 1 thread each): their step times "
+              f"are not meaningful; memory and bytes do not depend on speed.")
+print()
+print("Step time and model-state memory per rank (MiB; current after a step, the largest rank)")
+h = f"{'N':>2} {'stage':>5} {'step ms':>8} {'tok/s':>7} | {'params':>7} {'grads':>7} {'master':>7} {'optim':>7} | {'states':>7} {'paper':>7} {'meas/paper':>10} | {'bkt pk':>7} {'act pk':>7} {'total pk':>8}"
+print(h)
+print("-" * len(h))
+for r in rows:
+    c = r["cats"]
+    print(f"{r['n']:>2} {r['stage']:>5} {r['ms']:>8.0f} {r['tps']:>7.0f} | {c['params']/MiB:>7.2f} {c['grads']/MiB:>7.2f} "
+          f"{c['master']/MiB:>7.2f} {c['optimizer']/MiB:>7.2f} | {r['ms_total']/MiB:>7.2f} {r['want_mem']/MiB:>7.2f} "
+          f"{r['ms_total']/r['want_mem']:>10.3f} | {r['buckets']/MiB:>7.2f} {r['act']/MiB:>7.2f} {r['peak_total']/MiB:>8.2f}")
+print("tok/s: all ranks together; states = params+grads+master+optim")
+print("paper: 16Ψ (stage 0), 4Ψ+12Ψ/N (1), 2Ψ+14Ψ/N (2), 16Ψ/N (3) bytes; bkt/act/total pk: peaks")
+print()
+print("Bytes sent per rank per step (mean over ranks; every collective, incl. the 8-byte loss/norm all-reduces)")
+h = f"{'N':>2} {'stage':>5} {'MiB/step':>9} {'in Ψ(N-1)/N':>12} {'paper':>6} {'meas/paper':>10}  by collective (Ψ(N-1)/N units)"
+print(h)
+print("-" * len(h))
+for r in rows:
+    print(f"{r['n']:>2} {r['stage']:>5} {r['sent']/MiB:>9.2f} {r['k']:>11.3f}Ψ {r['want_k']:>5}Ψ {r['k']/r['want_k']:>10.3f}  {r['ops']}")
+print("(scalar all-reduces of the loss and the gradient norm, 28 bytes a step, are in the total; in the breakdown only at stage 0)")
+print("units: Ψ(N-1)/N bf16 elements = 2Ψ(N-1)/N bytes; paper: 2Ψ for stages 0-2 (all-reduce or reduce-scatter + "
+      "all-gather), 3Ψ for stage 3 (parameters gathered in forward and backward + gradient reduce-scatter)")
+PY
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $cores cores"
