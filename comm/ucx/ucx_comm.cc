@@ -285,7 +285,7 @@ void UcxCommunicator::Drive(const OpDesc& op) {
         CancelAll();
         CheckAlive(op);
       }
-      if (idle >= 1024) sched_yield();
+      sched_yield();  // let a peer sharing this core run (ranks are often oversubscribed)
     }
   }
   waiting_on_ = -1;
