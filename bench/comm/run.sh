@@ -15,7 +15,7 @@ out="${OUT:-/tmp/zerorun-bench-comm.jsonl}"
 bench="$build/bin/zerorun-bench"
 [[ -x "$bench" ]] || { echo "missing $bench: build it with 'ninja -C $build zerorun_bench'" >&2; exit 1; }
 
-if ! command -v mpirun >/dev/null || ! echo '#include <mpi.h>' | mpicc -E - >/dev/null 2>&1; then
+if ! command -v mpirun >/dev/null || ! echo '#include <mpi.h>' | mpicc -x c -E - >/dev/null 2>&1; then
   echo "installing OpenMPI (openmpi-bin libopenmpi-dev)" >&2
   apt-get install -y openmpi-bin libopenmpi-dev >/dev/null
 fi
