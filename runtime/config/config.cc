@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "zerorun/core/log.h"
 #include "zerorun/runtime/config/config_loader.h"
@@ -101,12 +100,18 @@ Config LoadConfigFile(const std::string& path, const LoadOptions& options) {
   if (std::filesystem::is_directory(path, ec)) ZR_THROW(IoError, "cannot read config file {}: it is a directory", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(ErrnoMessage(Format("cannot open config file {}", path), errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // Read in chunks with a cap, so /dev/zero or a runaway pipe fails instead of exhausting memory.
+  constexpr size_t kMaxBytes = size_t{64} << 20;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxBytes) ZR_THROW(IoError, "config file {} is larger than 64 MiB", path);
+  }
   if (in.bad()) throw IoError(Format("cannot read config file {}", path));
   LoadOptions o = options;
   if (o.source_name.empty()) o.source_name = path;
-  return ConfigLoader::Load(ss.str(), o);
+  return ConfigLoader::Load(text, o);
 }
 
 }  // namespace zerorun::runtime

@@ -76,7 +76,6 @@ class Config : public ConfigBody {
   DType GradAccumDType() const;
   // Dtype gradients are reduced in (communication_data_type, resolved).
   DType CommDType() const { return communication_data_type.value_or(ModelDType()); }
-  bool FeatureLossScaling() const { return fp16.enabled; }
 
   const std::vector<ConfigIssue>& warnings() const { return warnings_; }
   // Provenance by dotted path (every leaf the schema knows, after resolution).

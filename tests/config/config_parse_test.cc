@@ -209,6 +209,7 @@ TEST_SUITE("unit") {
   TEST_CASE("files: missing file is an IoError naming it; source names the file in syntax errors") {
     CHECK_THROWS_AS(rt::LoadConfigFile("/nonexistent/ds_config.json"), zerorun::IoError);
     CHECK_THROWS_AS(rt::LoadConfigFile("/tmp"), zerorun::IoError);
+    CHECK_THROWS_WITH_AS(rt::LoadConfigFile("/dev/zero"), "config file /dev/zero is larger than 64 MiB", zerorun::IoError);
   }
 }
 
