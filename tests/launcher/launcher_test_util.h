@@ -168,6 +168,18 @@ inline std::vector<int> ProcessesMatching(const std::string& needle) {
   return out;
 }
 
+// The text of a JSON number field ("final_loss": 4.11 -> "4.11"), "" if absent. Enough for the
+// trainer's summary files without a JSON parser.
+inline std::string JsonField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = text.find("\"" + key + "\":");
+  if (at == std::string::npos) return "";
+  size_t start = text.find_first_not_of(" ", at + key.size() + 3);
+  size_t end = text.find_first_of(",\n}", start);
+  return text.substr(start, end - start);
+}
+
 // Waits until `path` exists (up to timeout_s).
 inline bool WaitForFile(const std::string& path, double timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));

@@ -1,6 +1,6 @@
 // End-to-end tests of the `zerorun` executable on this machine with the zr_env_probe rank program:
 // the environment contract, failure propagation and teardown, signals, restarts, logs, binding.
-// To run the same checks against the real trainer later, swap zrtest::Probe() for zerorun-train.
+// zerorun-train itself runs here too (3 ranks); the probe cases keep checking the contract.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -81,6 +81,26 @@ TEST_CASE("restart of a real job: a rank dies mid-job, the next generation rende
     std::string line;
     std::getline(in, line);
     CHECK(line == "ok 3 6");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("local job: zerorun-train on 3 ranks through the launcher (--local_rank=N accepted)") {
+  std::string train = BinDir() + "/zerorun-train";
+  if (!std::filesystem::exists(train)) {
+    MESSAGE("skipped: " << train << " is not built");
+    return;
+  }
+  std::string dir = TempDir("train");
+  std::string port = std::to_string(30000 + (getpid() + 13) % 20000);
+  RunResult r = Run({"--num_procs", "3", "--master_port", port, train, "--steps", "4", "--n_layer", "1", "--d_model", "32",
+                     "--n_head", "2", "--seq_len", "16", "--summary", dir + "/s{rank}.json"},
+                    180);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    CHECK(JsonField(dir + "/s" + std::to_string(rank) + ".json", "world_size") == "3");
+    CHECK(JsonField(dir + "/s" + std::to_string(rank) + ".json", "steps") == "4");
   }
   std::filesystem::remove_all(dir);
 }

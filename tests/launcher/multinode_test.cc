@@ -2,7 +2,7 @@
 // sshd (scripts/netns-hosts.sh). A 2-node x 2-rank job runs through `--launcher ssh`; a failing rank
 // on node 1 and SIGTERM to the launcher must stop everything on both nodes. Skipped, with the reason,
 // where namespaces or sshd are unavailable (not root, no iproute2/openssh-server).
-// To run the real trainer instead of the probe later, replace Probe() and its flags with zerorun-train.
+// A real zr_comm_probe job and a real zerorun-train job run across the namespaces too.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -58,7 +58,7 @@ struct FakeHosts {
 }  // namespace
 
 TEST_SUITE("multiproc") {
-TEST_CASE("multi-node over ssh in network namespaces: env contract, failure teardown, SIGTERM") {
+TEST_CASE("multi-node over ssh in network namespaces: env contract, real jobs, failure teardown, SIGTERM") {
   FakeHosts hosts;
   if (!hosts.ok) {
     MESSAGE("skipped: " << hosts.why);
@@ -115,6 +115,29 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, failure tear
     std::string line;
     std::getline(in, line);
     CHECK(line == "ok 4 10");
+  }
+
+  // 1c. The trainer itself: a 2-node x 2-rank data-parallel zerorun-train job over ssh; every rank
+  // finishes the same number of steps with the same (globally averaged) final loss.
+  std::string train = BinDir() + "/zerorun-train";
+  if (!std::filesystem::exists(train)) {
+    MESSAGE("zerorun-train part skipped: " << train << " is not built");
+  } else {
+    std::string sums = hosts.dir + "/train";
+    std::filesystem::create_directories(sums);
+    RunResult t = Run(hosts.Args({"--num_procs", "2", "--master_port", "29617", train, "--steps", "5", "--n_layer", "1",
+                                  "--d_model", "32", "--n_head", "2", "--seq_len", "16", "--summary", sums + "/s{rank}.json"}),
+                      180);
+    INFO(t.output);
+    CHECK(t.exit_code == 0);
+    std::string loss0 = JsonField(sums + "/s0.json", "final_loss");
+    CHECK(!loss0.empty());
+    for (int rank = 0; rank < 4; ++rank) {
+      std::string s = sums + "/s" + std::to_string(rank) + ".json";
+      CHECK(JsonField(s, "world_size") == "4");
+      CHECK(JsonField(s, "steps") == "5");
+      CHECK(JsonField(s, "final_loss") == loss0);
+    }
   }
 
   // 2. Rank 3 (node 1) fails: exit code propagated, node 0's ranks stopped too, nothing left.
