@@ -226,25 +226,30 @@ void UcxCommunicator::TreeBroadcast(OpDesc& op) {
 }
 
 void UcxCommunicator::TreeReduce(OpDesc& op) {
+  // Binomial tree toward the root: each rank accumulates its children's partials in the accumulation
+  // type and sends its partial once, in the op's own dtype, so a 16-bit reduce moves 16-bit elements
+  // (each non-root rank sends `count` elements: the reduce-scatter volume ZeRO's accounting expects).
   const int n = size();
   const int vr = Mod(rank() - op.root, n);
   const DType at = AccumType(op.dtype);
-  const size_t bytes = op.count * DTypeSize(at);
+  const size_t acc_bytes = op.count * DTypeSize(at);
+  const size_t wire_bytes = op.count * DTypeSize(op.dtype);
   auto Real = [&](int v) { return Mod(v + op.root, n); };
-  char* acc = acc_.Get(bytes);
-  char* tmp = tmp_.Get(bytes);
+  char* acc = acc_.Get(acc_bytes);
+  char* wire = tmp_.Get(wire_bytes);
   ToAccum(acc, op.send, op.count, op.dtype);
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
-      PostSend(Real(vr - mask), acc, bytes, CollTag(op.seq, rank(), 0));
+      FinishFromAccum(wire, acc, op.count, op.dtype, ReduceOp::kSum, 0);  // round the partial once
+      PostSend(Real(vr - mask), wire, wire_bytes, CollTag(op.seq, rank(), 0));
       RunUntilDone(op);
       return;
     }
     if (vr + mask < n) {
       const int child = Real(vr + mask);
-      PostRecv(child, tmp, bytes, CollTag(op.seq, child, 0));
+      PostRecv(child, wire, wire_bytes, CollTag(op.seq, child, 0));
       RunUntilDone(op);
-      ReduceBuffers(acc, acc, tmp, op.count, at, op.reduce, 0);
+      ReduceIntoAccum(acc, acc, wire, op.count, op.dtype, op.reduce);
     }
   }
   FinishFromAccum(op.recv, acc, op.count, op.dtype, op.reduce, n);

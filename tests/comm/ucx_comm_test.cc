@@ -207,3 +207,26 @@ TEST_CASE("init: a single process without WORLD_SIZE gets a one-rank communicato
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("multiproc") {
+
+TEST_CASE("ucx: a 16-bit reduce sends 16-bit partials (each non-root rank sends count elements once)") {
+  const int n = 3;
+  CHECK(AllSucceeded(RunMultiproc(Options(n, "sm,self"), [](int, int) {
+    auto comm = InitFromEnv(Ucx());
+    const size_t count = 5000;
+    auto buf = Filled(DType::kBF16, comm->rank(), count);
+    std::vector<uint16_t> out(count);
+    comm->ResetStats();
+    comm->Reduce(buf.data(), comm->rank() == 1 ? out.data() : nullptr, count, DType::kBF16, ReduceOp::kSum, 1).Wait();
+    if (comm->rank() == 1) {
+      CheckRange("bf16 reduce", DType::kBF16, out.data(), count,
+                 [&](size_t i) { return Expected(DType::kBF16, ReduceOp::kSum, comm->size(), i); });
+    }
+    const int64_t sent = comm->Stats()[OpType::kReduce].bytes_sent;
+    CHECK(sent == (comm->rank() == 1 ? 0 : static_cast<int64_t>(count * 2)));
+    comm->Barrier().Wait();
+  })));
+}
+
+}  // TEST_SUITE
