@@ -87,10 +87,10 @@ void GradientReducer::Submit(Bucket& b) {
   const int world = comm_.size();
   Tensor buf = BucketBuffer(b);
   const int64_t n = b.range.size();
-  // Pre-scaling on the gradient dtype.
+  // Pre-scaling on the gradient dtype (a single rank has nothing to average).
   double pre = 1.0;
   comm::ReduceOp op = comm::ReduceOp::kSum;
-  if (opt_.average) {
+  if (opt_.average && world > 1) {
     if (opt_.prescale) {
       pre = 1.0 / world;
     } else if (opt_.predivide != 1.0) {
@@ -101,12 +101,13 @@ void GradientReducer::Submit(Bucket& b) {
   }
   if (pre != 1.0) kernels::Scale(buf.data(), buf.data(), static_cast<float>(pre), n, grad_dtype_);
   Tensor wire = buf;
-  if (opt_.comm_dtype != grad_dtype_) {
+  if (opt_.comm_dtype != grad_dtype_ && world > 1) {
     if (!b.staging.defined()) b.staging = Tensor::Empty({n}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
     kernels::Copy(b.staging.data(), opt_.comm_dtype, buf.data(), grad_dtype_, n);
     wire = b.staging;
   }
   const size_t esize = DTypeSize(opt_.comm_dtype);
+  if (world == 1) return;  // nothing to exchange: Complete() moves the bucket into place
   if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
     b.works.push_back(comm_.AllReduce(wire.data(), static_cast<size_t>(n), opt_.comm_dtype, op));
     return;
@@ -131,8 +132,14 @@ void GradientReducer::Complete(Bucket& b) {
   b.works.clear();
   const int world = comm_.size();
   double post = 1.0;
-  if (opt_.average && !opt_.prescale && opt_.predivide != 1.0) post = opt_.predivide / world;
+  if (opt_.average && !opt_.prescale && opt_.predivide != 1.0 && world > 1) post = opt_.predivide / world;
+  if (world == 1 && opt_.mode == GradReduceOptions::Mode::kScatter) {
+    // The only rank owns everything: the bucket is its reduced piece.
+    b.received = b.buffer;
+    b.owned_piece = b.range;
+  }
   if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
+    if (world == 1) return;
     const int64_t n = b.range.size();
     if (opt_.comm_dtype != grad_dtype_) kernels::Copy(b.buffer.data(), grad_dtype_, b.staging.data(), opt_.comm_dtype, n);
     if (post != 1.0) kernels::Scale(b.buffer.data(), b.buffer.data(), static_cast<float>(post), n, grad_dtype_);
@@ -141,11 +148,12 @@ void GradientReducer::Complete(Bucket& b) {
   if (b.received.defined()) {
     Tensor dst = partition_grads_.View(b.owned_piece.begin - layout_.Partition(comm_.rank()).begin,
                                        {b.owned_piece.size()});
+    const DType src_type = b.received.dtype();
     if (opt_.accumulate_partition) {
-      kernels::Axpy(dst.data(), dst.dtype(), b.received.data(), opt_.comm_dtype, static_cast<float>(post),
+      kernels::Axpy(dst.data(), dst.dtype(), b.received.data(), src_type, static_cast<float>(post),
                     b.owned_piece.size());
-    } else {
-      kernels::Copy(dst.data(), dst.dtype(), b.received.data(), opt_.comm_dtype, b.owned_piece.size());
+    } else if (dst.data() != b.received.data() || dst.dtype() != src_type) {
+      kernels::Copy(dst.data(), dst.dtype(), b.received.data(), src_type, b.owned_piece.size());
       if (post != 1.0) kernels::Scale(dst.data(), dst.data(), static_cast<float>(post), b.owned_piece.size(), dst.dtype());
     }
     b.received = Tensor();
