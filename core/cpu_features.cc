@@ -1,22 +1,49 @@
 // CPUID probing and the ZERORUN_ISA cap.
 #include "zerorun/core/cpu_features.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 namespace zerorun {
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t Xgetbv0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+#endif
+
+// CPUID and XGETBV directly (not __builtin_cpu_supports, which clang 14 lacks for f16c): an ISA
+// counts only when the OS also saves its registers.
 CpuFeatures Probe() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
-  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && f.avx2 && f.f16c;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12), f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = Xgetbv0();
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;
+  if (!ymm_state) return f;
+  unsigned b7 = 0;
+  if (__get_cpuid_max(0, nullptr) >= 7) {
+    unsigned a7 = 0, c7 = 0, d7 = 0;
+    __cpuid_count(7, 0, a7, b7, c7, d7);
+  }
+  f.f16c = f16c;
+  f.avx2 = (b7 & (1u << 5)) && fma;
+  const bool avx512 = (b7 & (1u << 16)) && (b7 & (1u << 17)) && (b7 & (1u << 30)) && (b7 & (1u << 31));
+  f.avx512 = avx512 && zmm_state && f.avx2 && f.f16c;
 #endif
   return f;
 }
