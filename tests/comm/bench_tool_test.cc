@@ -1,0 +1,45 @@
+// zerorun-bench as a tool: it starts its own ranks (--nprocs), checks results (--check) and prints one
+// JSON object per message size with the fields the benchmark scripts read. No timing is asserted.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+TEST_SUITE("multiproc") {
+
+TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fields as JSON") {
+  const char* dir = std::getenv("ZERORUN_TEST_BINARY_DIR");
+  if (!dir) {
+    MESSAGE("ZERORUN_TEST_BINARY_DIR not set: skipped");
+    return;
+  }
+  for (const std::string op : {"allreduce", "reduce_scatter", "all_gather"}) {
+    for (const std::string backend : {"ucx", "local"}) {
+      std::string cmd = std::string(dir) + "/bin/zerorun-bench " + op + " --backend " + backend +
+                        " --nprocs 3 --min-bytes 1K --max-bytes 256K --factor 16 --iters 3 --check --json 2>&1";
+      FILE* p = ::popen(cmd.c_str(), "r");
+      REQUIRE(p);
+      std::vector<std::string> lines;
+      char buf[4096];
+      while (std::fgets(buf, sizeof(buf), p)) lines.emplace_back(buf);
+      int status = ::pclose(p);
+      INFO(cmd);
+      CHECK(status == 0);
+      int objects = 0;
+      for (const auto& l : lines) {
+        if (l.rfind("{", 0) != 0) continue;
+        ++objects;
+        for (const char* field : {"\"op\"", "\"ranks\": 3", "\"dtype\": \"fp32\"", "\"size_bytes\"", "\"time_us\"",
+                                  "\"algbw_gbps\"", "\"busbw_gbps\"", "\"check\": true"}) {
+          INFO(l);
+          CHECK(l.find(field) != std::string::npos);
+        }
+      }
+      CHECK(objects == 3);  // 1K, 16K, 256K
+    }
+  }
+}
+
+}  // TEST_SUITE
