@@ -195,11 +195,16 @@ TEST_CASE("nn.layers: bf16 and fp16 blocks track fp32 within dtype tolerances") 
     DType dtype;
     double rel;
   };
+  for (bool variant : {false, true})
   for (Tol t : {Tol{DType::kBF16, 3e-2}, Tol{DType::kF16, 5e-3}}) {
-    auto make = [](DType dt) {
+    auto make = [variant](DType dt) {
       BlockOptions bo;
       bo.n_head = 2;
       bo.attention.dtype = dt;
+      if (variant) {  // RMSNorm and SwiGLU
+        bo.rms_norm = true;
+        bo.mlp.activation = MlpActivation::kSwiGlu;
+      }
       return std::make_unique<TransformerBlock>(16, bo);
     };
     auto ref = make(DType::kF32);
