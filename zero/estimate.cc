@@ -1,0 +1,250 @@
+// Memory estimate per rank: closed forms of what the engine allocates (runtime/engine.cc,
+// runtime/engine_stage3.cc, zero/gradient_reducer.cc, zero/param_coordinator.cc) and DeepSpeed's
+// estimator formulas (reference §5.2).
+#include "zerorun/zero/estimate.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "zerorun/core/error.h"
+#include "zerorun/zero/partition.h"
+
+namespace zerorun::zero {
+
+std::vector<std::vector<int64_t>> ModelOfParams(int64_t psi) { return {{psi}}; }
+
+const char* OffloadTargetName(OffloadTarget t) {
+  switch (t) {
+    case OffloadTarget::kNone: return "none";
+    case OffloadTarget::kCpu: return "cpu";
+    case OffloadTarget::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string StageEstimate::Label() const {
+  std::string s = "stage " + std::to_string(stage);
+  if (offload_optimizer != OffloadTarget::kNone) s += std::string(" + optimizer→") + OffloadTargetName(offload_optimizer);
+  if (offload_param != OffloadTarget::kNone) s += std::string(" + params→") + OffloadTargetName(offload_param);
+  return s;
+}
+
+void ValidateEstimateInput(const EstimateInput& in) {
+  if (in.world_size < 1) ZR_THROW(InvalidArgument, "estimate: world_size must be >= 1, got {}", in.world_size);
+  auto bytes_ok = [](int b) { return b == 2 || b == 4; };
+  if (!bytes_ok(in.param_bytes)) ZR_THROW(InvalidArgument, "estimate: param_bytes must be 2 or 4, got {}", in.param_bytes);
+  if (!bytes_ok(in.grad_bytes)) ZR_THROW(InvalidArgument, "estimate: grad_bytes must be 2 or 4, got {}", in.grad_bytes);
+  if (!bytes_ok(in.comm_bytes)) ZR_THROW(InvalidArgument, "estimate: comm_bytes must be 2 or 4, got {}", in.comm_bytes);
+  if (in.optimizer_state_bytes < 0) {
+    ZR_THROW(InvalidArgument, "estimate: optimizer_state_bytes must be >= 0, got {}", in.optimizer_state_bytes);
+  }
+  if (in.largest_layer < 0 || in.prefetch_numel < 0 || in.max_live_numel < 0 || in.persistence_threshold < 0) {
+    ZR_THROW(InvalidArgument, "estimate: largest_layer, prefetch, max_live and persistence threshold must be >= 0");
+  }
+  int64_t total = 0;
+  for (size_t g = 0; g < in.groups.size(); ++g) {
+    for (int64_t n : in.groups[g]) {
+      if (n < 0) ZR_THROW(InvalidArgument, "estimate: parameter group {} has a tensor of {} elements", g, n);
+      total += n;
+    }
+  }
+  if (total < 1) ZR_THROW(InvalidArgument, "estimate: the model has no parameters");
+}
+
+int64_t PaddedNumel(const EstimateInput& in, int stage) {
+  const int64_t n = in.world_size;
+  int64_t padded = 0;
+  for (const auto& group : in.groups) {
+    if (stage == 3) {
+      for (int64_t t : group) padded += AlignUp(t, n);
+    } else {
+      int64_t sum = 0;
+      for (int64_t t : group) sum += t;
+      padded += AlignUp(sum, 2 * n);
+    }
+  }
+  return padded;
+}
+
+namespace {
+
+// Stage 3: padded elements of the tensors that stay whole (≤ persistence threshold), and the largest
+// of the others.
+struct Stage3Split {
+  int64_t persistent_padded = 0;
+  int64_t sharded_padded = 0;
+  int64_t largest_sharded_padded = 0;
+};
+
+Stage3Split SplitStage3(const EstimateInput& in) {
+  Stage3Split s;
+  for (const auto& group : in.groups) {
+    for (int64_t t : group) {
+      int64_t p = AlignUp(t, in.world_size);
+      if (t <= in.persistence_threshold) {
+        s.persistent_padded += p;
+      } else {
+        s.sharded_padded += p;
+        s.largest_sharded_padded = std::max(s.largest_sharded_padded, p);
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget offload_optimizer,
+                            OffloadTarget offload_param) {
+  ValidateEstimateInput(in);
+  if (stage < 0 || stage > 3) ZR_THROW(InvalidArgument, "estimate: ZeRO stage must be 0-3, got {}", stage);
+  if (offload_optimizer != OffloadTarget::kNone && stage == 0) {
+    ZR_THROW(InvalidArgument, "estimate: optimizer offload needs ZeRO stage 1-3");
+  }
+  if (offload_optimizer == OffloadTarget::kNvme && stage != 3) {
+    ZR_THROW(InvalidArgument, "estimate: NVMe optimizer offload needs ZeRO stage 3");
+  }
+  if (offload_param != OffloadTarget::kNone && (stage != 3 || offload_optimizer == OffloadTarget::kNone)) {
+    ZR_THROW(InvalidArgument, "estimate: parameter offload needs ZeRO stage 3 with optimizer offload");
+  }
+  StageEstimate e;
+  e.stage = stage;
+  e.offload_optimizer = offload_optimizer;
+  e.offload_param = offload_param;
+  e.implemented = offload_optimizer == OffloadTarget::kNone && offload_param == OffloadTarget::kNone;
+
+  const int64_t n = in.world_size;
+  const int64_t p = in.param_bytes, g = in.grad_bytes, c = in.comm_bytes, k = in.optimizer_state_bytes;
+  const bool master_copy = in.param_bytes != 4;
+  const bool staged = in.comm_bytes != in.grad_bytes && n > 1;  // reduction staged through the comm dtype
+  const int64_t pad = PaddedNumel(in, stage);
+  const int64_t part = pad / n;  // this rank's partition (stage 3: Σ ceil(numel/N))
+
+  // Partitioned optimizer side (fp32 master and state), own range: the whole buffer at stage 0.
+  const int64_t own = stage == 0 ? pad : part;
+  e.master_bytes = master_copy ? 4 * own : 0;
+  e.optimizer_bytes = k * own;
+
+  switch (stage) {
+    case 0:
+      e.params_bytes = p * pad;
+      e.grads_bytes = g * pad;
+      // All-reduce in place on the gradient buffer; a different wire dtype stages every bucket.
+      e.buckets_peak_bytes = staged ? c * pad : 0;
+      break;
+    case 1:
+      e.params_bytes = p * pad;
+      e.grads_bytes = g * pad;
+      // Buckets are views of the full gradients; the owner receives its reduced piece of each.
+      e.buckets_peak_bytes = (n > 1 ? c * part : 0) + (staged ? c * pad : 0);
+      break;
+    case 2:
+      e.params_bytes = p * pad;
+      e.grads_bytes = g * part;
+      // Transient bucket buffers hold the full gradients until the end of backward (every bucket is
+      // reduced asynchronously and completed at Finish), plus the received pieces.
+      e.buckets_peak_bytes = g * pad + (n > 1 ? c * part : 0) + (staged ? c * pad : 0);
+      break;
+    case 3: {
+      const Stage3Split s = SplitStage3(in);
+      e.params_bytes = p * part + p * s.persistent_padded;
+      e.grads_bytes = g * part;
+      const int64_t layer = in.largest_layer > 0 ? in.largest_layer : s.largest_sharded_padded;
+      // Gathered parameters: the module(s) in use plus prefetch, never more than the whole model.
+      const int64_t live = std::min(s.sharded_padded, layer + std::min(in.prefetch_numel, in.max_live_numel));
+      e.live_params_peak_bytes = p * live;
+      // Per parameter: its full gradient while the module's backward runs (grad dtype), then a padded
+      // wire copy and the received shard, both held until the end of backward.
+      e.buckets_peak_bytes = g * layer + c * pad + c * part;
+      break;
+    }
+  }
+
+  // Offload placements as DeepSpeed makes them (reference §5.5).
+  if (offload_optimizer != OffloadTarget::kNone) {
+    const int64_t moved = 4 * own + k * own;  // fp32 master (also in fp32 training) and state
+    (offload_optimizer == OffloadTarget::kNvme ? e.nvme_bytes : e.host_bytes) += moved;
+    e.master_bytes = 0;
+    e.optimizer_bytes = 0;
+    // The owned gradient partition accumulates in a pinned fp32 host buffer.
+    e.host_bytes += 4 * own;
+    if (stage >= 2) e.grads_bytes = 0;
+  }
+  if (offload_param != OffloadTarget::kNone) {
+    const int64_t moved = p * part;
+    (offload_param == OffloadTarget::kNvme ? e.nvme_bytes : e.host_bytes) += moved;
+    e.params_bytes -= moved;
+  }
+  return e;
+}
+
+std::vector<StageEstimate> EstimateAll(const EstimateInput& in) {
+  using O = OffloadTarget;
+  std::vector<StageEstimate> out;
+  for (int s = 0; s <= 3; ++s) out.push_back(EstimateStage(in, s));
+  out.push_back(EstimateStage(in, 1, O::kCpu));
+  out.push_back(EstimateStage(in, 2, O::kCpu));
+  out.push_back(EstimateStage(in, 3, O::kCpu));
+  out.push_back(EstimateStage(in, 3, O::kNvme));
+  out.push_back(EstimateStage(in, 3, O::kCpu, O::kCpu));
+  out.push_back(EstimateStage(in, 3, O::kNvme, O::kNvme));
+  return out;
+}
+
+int OptimizerStateBytesFor(std::string_view type, bool sgd_momentum) {
+  std::string t;
+  for (char ch : type) t += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (t == "adam" || t == "adamw" || t == "lamb" || t == "onebitadam" || t == "zerooneadam" || t == "onebitlamb" ||
+      t == "fusedadam" || t == "cpuadam") {
+    return 8;
+  }
+  if (t == "lion" || t == "adagrad") return 4;
+  if (t == "sgd") return sgd_momentum ? 4 : 0;
+  return -1;
+}
+
+DeepSpeedEstimate DeepSpeedZero2Estimate(int64_t total_params, int gpus_per_node, int nodes, bool cpu_offload,
+                                         double additional_buffer_factor) {
+  const double total_gpus = static_cast<double>(gpus_per_node) * nodes;
+  const double p = static_cast<double>(total_params);
+  DeepSpeedEstimate e;
+  if (cpu_offload) {
+    e.gpu_bytes = 2 * total_params;
+    e.cpu_bytes = static_cast<int64_t>(p * std::max(4.0 * total_gpus, 16.0) * additional_buffer_factor);
+  } else {
+    e.gpu_bytes = 2 * total_params + static_cast<int64_t>(18.0 * p / total_gpus);
+    e.cpu_bytes = static_cast<int64_t>(p * 4.0 * gpus_per_node * additional_buffer_factor);
+  }
+  return e;
+}
+
+DeepSpeedEstimate DeepSpeedZero3Estimate(int64_t total_params, int64_t largest_layer_params, int gpus_per_node,
+                                         int nodes, bool cpu_offload, bool cpu_offload_params, bool zero_init,
+                                         double additional_buffer_factor) {
+  const double total_gpus = static_cast<double>(gpus_per_node) * nodes;
+  const double gpus_factor = 1.0 / nodes;
+  const double p = static_cast<double>(total_params);
+  const int64_t largest_layer_bytes = 4 * largest_layer_params;
+  DeepSpeedEstimate e;
+  if (cpu_offload) {
+    if (cpu_offload_params) {
+      e.gpu_bytes = largest_layer_bytes;
+      e.cpu_bytes = static_cast<int64_t>(
+          p * (zero_init ? 18.0 * gpus_factor : std::max(4.0 * gpus_per_node, 18.0 * gpus_factor)) *
+          additional_buffer_factor);
+    } else {
+      e.gpu_bytes = largest_layer_bytes + static_cast<int64_t>(2.0 * p / total_gpus);
+      e.cpu_bytes = static_cast<int64_t>(
+          p * (zero_init ? 16.0 * gpus_factor : std::max(4.0 * gpus_per_node, 16.0 * gpus_factor)) *
+          additional_buffer_factor);
+    }
+  } else {
+    e.gpu_bytes = largest_layer_bytes + static_cast<int64_t>(18.0 * p / total_gpus);
+    e.cpu_bytes = zero_init ? static_cast<int64_t>(static_cast<double>(largest_layer_params) * 4.0 * gpus_per_node *
+                                                   additional_buffer_factor)
+                            : static_cast<int64_t>(p * 4.0 * gpus_per_node * additional_buffer_factor);
+  }
+  return e;
+}
+
+}  // namespace zerorun::zero
