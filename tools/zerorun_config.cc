@@ -277,7 +277,7 @@ int RunEstimate(int argc, char** argv) {
      << "  optimizer:  " << optimizer << ", " << in.optimizer_state_bytes << " bytes of fp32 state per parameter\n"
      << "  stage 3:    largest layer "
      << (largest ? Grouped(*largest) + " elements" : std::string("not given (--largest-layer): the whole model"))
-     << ", prefetch " << Grouped(in.prefetch_numel) << ", max live " << Grouped(in.max_live_numel)
+     << "\n              prefetch " << Grouped(in.prefetch_numel) << ", max live " << Grouped(in.max_live_numel)
      << ", persistence threshold " << Grouped(in.persistence_threshold) << " elements\n"
      << "  reduce bucket " << Grouped(reduce_bucket)
      << " elements (stage 1/2; every bucket of a backward is held until the backward ends, so the\n"
@@ -316,7 +316,8 @@ int RunEstimate(int argc, char** argv) {
   }
   os << "\n  states = params + grads + master + optim, held between steps (the engine's memory accounting).\n"
      << "  ^ transient upper bounds during a step: buckets = gradient reduction buffers; live = stage-3\n"
-     << "    gathered parameters (largest layer + prefetch, capped by max live). peak = states + buckets + live"
+     << "    gathered parameters (largest layer + prefetch, capped by max live).\n"
+     << "  peak = states + buckets + live"
      << (activations ? " + activations " + zerorun::FormatBytes(static_cast<double>(act)) : "") << ".\n";
   if (!activations) os << "  Activations are not included (pass --activations BYTES to add them to the peak).\n";
   os << "  * offload: zerorun does not implement offload yet; these rows estimate DeepSpeed's placement\n"
@@ -334,7 +335,7 @@ int RunEstimate(int argc, char** argv) {
   auto ds2 = [&](bool off) { return z::DeepSpeedZero2Estimate(*params, gpn, 1, off); };
   auto ds3 = [&](bool off, bool offp) { return z::DeepSpeedZero3Estimate(*params, layer, gpn, 1, off, offp); };
   auto line = [&](const char* what, z::DeepSpeedEstimate e) {
-    os << "    " << std::left << std::setw(44) << what << std::right << std::setw(w)
+    os << "    " << std::left << std::setw(48) << what << std::right << std::setw(w)
        << zerorun::FormatBytes(static_cast<double>(e.gpu_bytes)) << " per GPU, " << std::setw(w)
        << zerorun::FormatBytes(static_cast<double>(e.cpu_bytes)) << " CPU\n";
   };
