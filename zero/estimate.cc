@@ -30,6 +30,7 @@ std::string StageEstimate::Label() const {
 }
 
 void ValidateEstimateInput(const EstimateInput& in) {
+  if (in.world_size > 100'000'000) ZR_THROW(InvalidArgument, "estimate: world_size {} is too large", in.world_size);
   if (in.world_size < 1) ZR_THROW(InvalidArgument, "estimate: world_size must be >= 1, got {}", in.world_size);
   auto bytes_ok = [](int b) { return b == 2 || b == 4; };
   if (!bytes_ok(in.param_bytes)) ZR_THROW(InvalidArgument, "estimate: param_bytes must be 2 or 4, got {}", in.param_bytes);
@@ -38,17 +39,28 @@ void ValidateEstimateInput(const EstimateInput& in) {
   if (in.optimizer_state_bytes < 0) {
     ZR_THROW(InvalidArgument, "estimate: optimizer_state_bytes must be >= 0, got {}", in.optimizer_state_bytes);
   }
+  if (in.largest_layer > kMaxEstimateParams || in.prefetch_numel > kMaxEstimateParams) {
+    ZR_THROW(InvalidArgument, "estimate: largest_layer and prefetch must be at most {}", kMaxEstimateParams);
+  }
   if (in.largest_layer < 0 || in.prefetch_numel < 0 || in.max_live_numel < 0 || in.persistence_threshold < 0) {
     ZR_THROW(InvalidArgument, "estimate: largest_layer, prefetch, max_live and persistence threshold must be >= 0");
   }
   int64_t total = 0;
   for (size_t g = 0; g < in.groups.size(); ++g) {
     for (int64_t n : in.groups[g]) {
-      if (n < 0) ZR_THROW(InvalidArgument, "estimate: parameter group {} has a tensor of {} elements", g, n);
+      if (n < 0 || n > kMaxEstimateParams) {
+        ZR_THROW(InvalidArgument, "estimate: parameter group {} has a tensor of {} elements (0 to {})", g, n,
+                 kMaxEstimateParams);
+      }
       total += n;
+      if (total > kMaxEstimateParams) break;
     }
   }
   if (total < 1) ZR_THROW(InvalidArgument, "estimate: the model has no parameters");
+  // Bytes stay far inside int64 (32 bytes per element at most, padding included).
+  if (total > kMaxEstimateParams) {
+    ZR_THROW(InvalidArgument, "estimate: {} parameters is more than the supported {}", total, kMaxEstimateParams);
+  }
 }
 
 int64_t PaddedNumel(const EstimateInput& in, int stage) {

@@ -61,7 +61,10 @@ struct StageEstimate {
   std::string Label() const;  // "stage 2", "stage 3 + optimizer→cpu + params→nvme", ...
 };
 
-// Checks the input (world_size ≥ 1, byte sizes, no negative numels, at least one parameter); throws
+// Largest model the estimator takes (keeps every byte count inside int64).
+inline constexpr int64_t kMaxEstimateParams = 100'000'000'000'000;  // 1e14
+
+// Checks the input (world_size ≥ 1, Ψ ≤ kMaxEstimateParams, byte sizes, no negative numels, at least one parameter); throws
 // zerorun::InvalidArgument naming the field.
 void ValidateEstimateInput(const EstimateInput& in);
 

@@ -166,6 +166,10 @@ TEST_CASE("estimate: bad input is rejected") {
   in.param_bytes = 2;
   in.groups = {{}};
   CHECK_THROWS_AS(EstimateStage(in, 0), InvalidArgument);
+  in.groups = {{kMaxEstimateParams, kMaxEstimateParams}};
+  CHECK_THROWS_AS(EstimateStage(in, 0), InvalidArgument);
+  in.groups = {{kMaxEstimateParams}};
+  CHECK(EstimateStage(in, 0).ModelStateBytes() == 16 * kMaxEstimateParams);
 }
 
 TEST_CASE("estimate: DeepSpeed's estimator formulas (reference §5.2)") {
