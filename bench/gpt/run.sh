@@ -22,6 +22,13 @@ if ((${#need[@]})); then
 fi
 
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads ZERORUN_NUM_THREADS=$threads
+# On an oversubscribed host OpenMP's spin-waiting workers (PyTorch) lose far more than a pool that
+# sleeps (zerorun): there, let PyTorch's workers sleep too, unless the caller chose a policy.
+load=$(cut -d' ' -f1 /proc/loadavg)
+if [[ -z ${OMP_WAIT_POLICY:-} ]] && awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l > n) }'; then
+  export OMP_WAIT_POLICY=PASSIVE
+fi
+echo "load average $load on $(nproc) CPUs; OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-default}"
 dims=(--layers 4 --dim 256 --heads 4 --seq 128 --vocab 256 --batch 8)
 tps() { awk '/^tokens_per_s/ {print $2}'; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
