@@ -213,7 +213,8 @@ void Engine::BuildGroups() {
       impl_->where[p] = {static_cast<int>(gi), static_cast<int>(i)};
     }
     zero::GradReduceOptions ro;
-    ro.bucket_numel = stage == 0 ? 500'000'000 : std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
+    // reduce_bucket_size at every stage (DeepSpeed's stage 0 uses a fixed 5e8, the same as the default).
+    ro.bucket_numel = std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
     ro.comm_dtype = config_.CommDType();
     ro.average = config_.gradient_allreduce_op == AllReduceOp::kMean;
     ro.prescale = config_.prescale_gradients;
@@ -299,6 +300,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   model_.Train();
   impl_->reducing = zero_stage() >= 2 || IsGradientAccumulationBoundary();
   if (impl_->coord) impl_->coord->BeginPass();
+  if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
   last_loss_ = model_.ForwardLoss(inputs, targets);
   forward_pending_ = true;
   return last_loss_;

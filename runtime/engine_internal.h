@@ -51,7 +51,9 @@ struct Engine::Impl {
   std::unordered_map<nn::Parameter*, int> param_id;
   std::unordered_map<const nn::Module*, int> module_id;
   std::vector<Tensor> full_grads;
-  std::vector<double> step_losses;         // losses of the micro-steps of the current window
+  double last_print_time = 0;              // progress-line throughput
+  int64_t last_print_samples = 0;
+  int64_t tokens_per_sample = 0;           // numel / rows of the last inputs (B, T) → T
 };
 
 // fp16 → DeepSpeed's dynamic (or static) scaler from the fp16 section; bf16/fp32 → static 1.

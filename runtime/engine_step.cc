@@ -3,6 +3,7 @@
 // the optimizer's pass over this rank's partition, 16-bit copy, all-gather (stages 1/2), LR schedule,
 // counters, progress line and monitor events.
 #include <cmath>
+#include <cstdio>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
@@ -131,6 +132,18 @@ void Engine::LogProgress() {
   for (double lr : GetLr()) lrs += (lrs.empty() ? "" : ", ") + Format("{}", lr);
   for (auto [a, b] : GetMomentum()) moms += (moms.empty() ? "" : ", ") + Format("({}, {})", a, b);
   ZR_INFO("[Rank 0] step={}, skipped={}, lr=[{}], mom=[{}]", global_steps_, skipped_steps_, lrs, moms);
+  // Throughput since the previous progress line (DeepSpeed's throughput timer line).
+  const double now = NowSeconds();
+  if (impl_->last_print_time > 0 && now > impl_->last_print_time) {
+    const double seconds = now - impl_->last_print_time;
+    const double samples = static_cast<double>(global_samples_ - impl_->last_print_samples);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "samples/s=%.1f, tokens/s=%.0f", samples / seconds,
+                  samples * static_cast<double>(impl_->tokens_per_sample) / seconds);
+    ZR_INFO("[Rank 0] global_step={}, {}", global_steps_, buf);
+  }
+  impl_->last_print_time = now;
+  impl_->last_print_samples = global_samples_;
   if (config_.wall_clock_breakdown) {
     ZR_INFO("time (ms) | {}", timers_.Format({"forward", "backward", "backward_allreduce", "step", "allgather"}));
     timers_.Reset();
