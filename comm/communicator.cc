@@ -24,8 +24,13 @@ struct WorkState {
   bool done = false;
   std::atomic<bool> done_flag{false};  // mirrors `done` for the lock-free spin in Wait
   std::exception_ptr error;
-  std::weak_ptr<Communicator*> owner;
-  std::string what;  // op description for Wait(timeout) messages
+  std::weak_ptr<std::atomic<Communicator*>> owner;
+  // For messages, formatted only when needed: the op and its group.
+  OpDesc desc;
+  int rank = 0;
+  int size = 0;
+  std::shared_ptr<const std::string> group;
+  std::string what() const { return desc.Describe(rank, size, group ? *group : std::string("?")); }
 };
 }  // namespace detail
 
@@ -160,7 +165,9 @@ void Work::Wait() const {
   // The common synchronous pattern (submit, then wait at once) runs the op on this thread when the
   // executor is idle: no thread hand-off at all.
   if (!state_->done_flag.load(std::memory_order_acquire)) {
-    if (auto owner = state_->owner.lock(); owner && *owner) (*owner)->TryRunInline(state_.get());
+    if (auto owner = state_->owner.lock()) {
+      if (Communicator* c = owner->load()) c->TryRunInline(state_.get());
+    }
   }
   SpinBriefly(state_->done_flag);
   std::unique_lock<std::mutex> lock(state_->mu);
@@ -172,11 +179,13 @@ void Work::Wait(Millis timeout) const {
   if (!state_) return;
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
-    std::string msg = Format("{}: Work::Wait gave up after {} ms; the communicator is aborted", state_->what,
+    std::string msg = Format("{}: Work::Wait gave up after {} ms; the communicator is aborted", state_->what(),
                              timeout.count());
     auto owner = state_->owner.lock();
     lock.unlock();
-    if (owner && *owner) (*owner)->Abort(msg);
+    if (owner) {
+      if (Communicator* c = owner->load()) c->Abort(msg);
+    }
     throw TimeoutError(msg);
   }
   if (state_->error) std::rethrow_exception(state_->error);
@@ -184,14 +193,6 @@ void Work::Wait(Millis timeout) const {
 
 // ---- Communicator ----------------------------------------------------------------------------------
 
-namespace {
-// Every communicator registers a shared handle so Work can reach it only while it lives.
-struct SelfHandle {
-  std::shared_ptr<Communicator*> ptr;
-};
-std::mutex g_self_mu;
-std::map<const Communicator*, std::shared_ptr<Communicator*>> g_self;
-}  // namespace
 
 Communicator::Communicator(std::string backend_name, std::string name, int rank, int size,
                            const CommOptions& options)
@@ -205,24 +206,15 @@ Communicator::Communicator(std::string backend_name, std::string name, int rank,
     ZR_THROW(InvalidArgument, "communicator '{}': rank {} is outside world size {}", name_, rank, size);
   }
   hosts_.assign(static_cast<size_t>(size), "?");
-  {
-    std::lock_guard<std::mutex> lock(g_self_mu);
-    g_self[this] = std::make_shared<Communicator*>(this);
-  }
+  self_ = std::make_shared<std::atomic<Communicator*>>(this);
+  name_ptr_ = std::make_shared<const std::string>(name_);
   executor_ = std::thread([this] { ExecutorLoop(); });
 }
 
 Communicator::~Communicator() { StopExecutor(); }
 
 void Communicator::StopExecutor() {
-  {
-    std::lock_guard<std::mutex> lock(g_self_mu);
-    auto it = g_self.find(this);
-    if (it != g_self.end()) {
-      *it->second = nullptr;
-      g_self.erase(it);
-    }
-  }
+  self_->store(nullptr);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
@@ -366,22 +358,21 @@ Work Communicator::Submit(OpDesc op) {
     }
   }
   auto work = std::make_shared<detail::WorkState>();
-  {
-    std::lock_guard<std::mutex> lock(g_self_mu);
-    auto it = g_self.find(this);
-    if (it != g_self.end()) work->owner = it->second;
-  }
+  work->owner = self_;
+  work->rank = rank_;
+  work->size = size_;
+  work->group = name_ptr_;
   std::lock_guard<std::mutex> lock(mu_);
   op.seq = ++seq_;
   last_op_ = static_cast<int>(op.op);
-  work->what = op.Describe(rank_, size_, name_);
+  work->desc = op;
   if (aborted_.load()) {
     work->done = true;
     work->done_flag = true;
-    work->error = std::make_exception_ptr(CommError(Format("{}: communicator aborted earlier: {}", work->what, abort_reason_)));
+    work->error = std::make_exception_ptr(CommError(Format("{}: communicator aborted earlier: {}", work->what(), abort_reason_)));
     return Work(work);
   }
-  if (stop_) return Work(FailedWork(work->what + ": communicator is shutting down"));
+  if (stop_) return Work(FailedWork(work->what() + ": communicator is shutting down"));
   queue_.push_back({std::move(op), work});
   queued_flag_.store(true, std::memory_order_release);
   ++running_;
@@ -461,12 +452,12 @@ bool Communicator::RunQueued(Queued& q, double* start_out) {
   std::exception_ptr err;
   try {
     if (aborted_.load()) ThrowAborted();
-    if (stop_) throw CommError(Format("{}: communicator is shutting down", q.work->what));
+    if (stop_) throw CommError(Format("{}: communicator is shutting down", q.work->what()));
     Execute(op);
   } catch (const std::exception& e) {
     err = std::current_exception();
     if (!aborted_.load()) ZR_ERROR("{}", e.what());
-    Abort(Format("{} failed: {}", q.work->what, e.what()));
+    Abort(Format("{} failed: {}", q.work->what(), e.what()));
   }
   if (!err && op.poll) return true;
   Finish(q.work, op, start, err);
@@ -548,7 +539,7 @@ void Communicator::ExecutorLoop() {
           done = p.op.poll();
         } catch (const std::exception& e) {
           err = std::current_exception();
-          Abort(Format("{} failed: {}", p.work->what, e.what()));
+          Abort(Format("{} failed: {}", p.work->what(), e.what()));
           done = true;
         }
         if (done) {

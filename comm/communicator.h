@@ -264,6 +264,8 @@ class Communicator {
   int rank_;
   int size_;
   Millis timeout_;
+  std::shared_ptr<std::atomic<Communicator*>> self_;  // Work's way back; null once stopping
+  std::shared_ptr<const std::string> name_ptr_;        // shared with Work for lazy messages
   std::vector<std::shared_ptr<void>> resources_;  // outlives the backend (members die after ~Derived)
   std::vector<std::string> hosts_;
   std::shared_ptr<Store> heartbeat_store_;
