@@ -68,6 +68,7 @@ void Engine::BuildGroupsStage3() {
   so.prefetch_numel = config_.zero_optimization.prefetch_bucket_size;
   so.max_live_numel = config_.zero_optimization.max_live_parameters;
   so.persistence_threshold = config_.zero_optimization.param_persistence_threshold;
+  so.max_reuse_distance = config_.zero_optimization.max_reuse_distance;
   so.comm_dtype = config_.CommDType();
   impl_->coord = std::make_unique<zero::ParamCoordinator>(std::move(coord_params), *comm_, so);
   // Persistent parameters are resident from the start: bind them for good.

@@ -235,6 +235,7 @@ int RunEstimate(int argc, char** argv) {
       reduce_bucket = zc.reduce_bucket_size;
       in.prefetch_numel = zc.prefetch_bucket_size;
       in.max_live_numel = zc.max_live_parameters;
+      in.max_reuse_distance = zc.max_reuse_distance;
       in.persistence_threshold = zc.param_persistence_threshold;
       source = file;
     } catch (const rt::ConfigLoadError& e) {

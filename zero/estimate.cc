@@ -162,8 +162,11 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
       e.params_bytes = p * part + p * s.persistent_padded;
       e.grads_bytes = g * part;
       const int64_t layer = in.largest_layer > 0 ? in.largest_layer : s.largest_sharded_padded;
-      // Gathered parameters: the module(s) in use plus prefetch, never more than the whole model.
-      const int64_t live = std::min(s.sharded_padded, layer + std::min(in.prefetch_numel, in.max_live_numel));
+      // Gathered parameters: the module(s) in use plus prefetch, plus what is kept for reuse (up to
+      // max_live), never more than the whole model.
+      const int64_t ahead = std::max(std::min(in.prefetch_numel, in.max_live_numel),
+                                     std::min(in.max_reuse_distance, in.max_live_numel));
+      const int64_t live = std::min(s.sharded_padded, layer + ahead);
       e.live_params_peak_bytes = p * live;
       // Per parameter: its full gradient while the module's backward runs (grad dtype), then a padded
       // wire copy and the received shard, both held until the end of backward.

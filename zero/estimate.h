@@ -30,6 +30,9 @@ struct EstimateInput {
   int64_t prefetch_numel = 50'000'000;
   int64_t max_live_numel = 1'000'000'000;
   int64_t persistence_threshold = 100'000;  // tensors with at most this many elements stay whole
+  // A released parameter reused within this many fetched elements stays gathered (bounded by
+  // max_live_numel), so with DeepSpeed's default (1e9) a small model stays gathered through backward.
+  int64_t max_reuse_distance = 1'000'000'000;
 };
 
 // One tensor of psi elements in one group (the CLI's --params P).

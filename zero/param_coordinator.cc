@@ -120,10 +120,23 @@ Tensor ParamCoordinator::Acquire(int id) {
   return s.full.View(0, {params_[static_cast<size_t>(id)].numel});
 }
 
+bool ParamCoordinator::ReusedSoon(int id) const {
+  if (recording_ || opt_.max_reuse_distance <= 0) return false;
+  int64_t fetched = 0;
+  for (size_t k = cursor_; k < trace_.size(); ++k) {
+    for (int p : trace_[k].params) {
+      if (p == id) return true;
+      fetched += slots_[static_cast<size_t>(p)].shard_numel * comm_.size();
+      if (fetched > opt_.max_reuse_distance) return false;
+    }
+  }
+  return false;
+}
+
 bool ParamCoordinator::Release(int id) {
   Slot& s = slots_.at(static_cast<size_t>(id));
   ZR_CHECK(s.users > 0, "parameter {} released more often than acquired", id);
-  if (--s.users == 0 && !s.persistent) Free(s);
+  if (--s.users == 0 && !s.persistent && !(resident_numel_ <= opt_.max_live_numel && ReusedSoon(id))) Free(s);
   return s.state != State::kReleased;
 }
 
@@ -156,7 +169,10 @@ void ParamCoordinator::RefreshPersistent() {
   std::vector<comm::Work> works;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    if (!s.persistent) continue;
+    if (!s.persistent) {
+      if (s.users == 0 && s.state != State::kReleased) Free(s);
+      continue;
+    }
     const Tensor& shard = params_[i].shard;
     works.push_back(comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype()));
   }

@@ -11,6 +11,8 @@
 // trace (a different module, e.g. data-dependent control flow) drops the rest of the trace and
 // re-records. Parameters with at most `persistence_threshold` elements stay resident (DeepSpeed's
 // param_persistence_threshold); RefreshPersistent re-gathers them after the optimizer updated shards.
+// A released parameter whose next use in the trace is within `max_reuse_distance` fetched elements
+// stays resident too (DeepSpeed's max_reuse_distance), as long as `max_live_numel` allows.
 //
 // Every collective is submitted in the same order on every rank because every rank runs the same
 // module sequence; a rank that does not (rank-conditional model code) makes the others' collective
@@ -29,6 +31,9 @@ struct Stage3Options {
   int64_t prefetch_numel = 50'000'000;       // stage3_prefetch_bucket_size
   int64_t max_live_numel = 1'000'000'000;    // stage3_max_live_parameters
   int64_t persistence_threshold = 100'000;   // stage3_param_persistence_threshold
+  // stage3_max_reuse_distance: a parameter whose next use (in the recorded order) comes before this many
+  // parameter elements have been fetched is kept resident instead of released (bounded by max_live).
+  int64_t max_reuse_distance = 1'000'000'000;
   DType comm_dtype = DType::kF32;            // gradient reduce-scatter dtype
 };
 
@@ -61,7 +66,8 @@ class ParamCoordinator {
   void ReduceGrad(int id, Tensor full_grad);
   // Waits for every reduction of this backward and adds them into the shards.
   void FinishGrads();
-  // After the optimizer updated the shards: re-gathers the persistent parameters in place.
+  // After the optimizer updated the shards: re-gathers the persistent parameters in place and drops
+  // every other resident full value (it is stale now).
   void RefreshPersistent();
   // Starts a new pass: the trace cursor goes back to its start.
   void BeginPass();
@@ -79,6 +85,8 @@ class ParamCoordinator {
   void Wait(Slot& s);
   void Free(Slot& s);
   void PrefetchFrom(size_t position);
+  // True when `id` is used again within max_reuse_distance fetched elements after the cursor.
+  bool ReusedSoon(int id) const;
 
   comm::Communicator& comm_;
   Stage3Options opt_;

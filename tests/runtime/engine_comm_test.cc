@@ -27,7 +27,8 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") 
         s.world = world;
         s.stage = stage;
         s.micro = 2;
-        s.zero_json = R"(, "stage3_param_persistence_threshold": 0)";
+        // Nothing persistent and nothing kept for reuse: every module window gathers (the paper's 3Ψ).
+        s.zero_json = R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0)";
         runtime::LoadOptions lo;
         lo.world_size = world;
         lo.log_warnings = false;
@@ -84,6 +85,47 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") 
       }
     }
   }
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("unit") {
+
+TEST_CASE("engine traffic: stage 3 keeps parameters reused within max_reuse_distance (fewer gathers, same losses)") {
+  std::vector<double> losses[2];
+  int64_t gathered[2] = {0, 0};
+  for (int reuse = 0; reuse < 2; ++reuse) {
+    std::mutex mu;
+    comm::RunLocalRanks(2, [&](comm::Communicator& c) {
+      RunSpec s;
+      s.world = 2;
+      s.stage = 3;
+      s.micro = 2;
+      s.zero_json = reuse ? R"(, "stage3_param_persistence_threshold": 0)"
+                          : R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0)";
+      runtime::LoadOptions lo;
+      lo.world_size = 2;
+      lo.log_warnings = false;
+      runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+      gpt::Gpt model(TinyGpt(DType::kF32));
+      model.Initialize(3);
+      runtime::Engine engine(model, cfg, c);
+      std::vector<double> mine;
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = MicroBatch(step, 0, c.rank(), 2, 2, 1, 8, 16);
+        mine.push_back(engine.Forward(x, y));
+        engine.Backward();
+        engine.Step();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (c.rank() == 0) {
+        losses[reuse] = mine;
+        gathered[reuse] = c.Stats()[comm::OpType::kAllGather].bytes_sent;
+      }
+    });
+  }
+  CHECK(losses[0] == losses[1]);
+  CHECK(gathered[1] < gathered[0]);
 }
 
 }  // TEST_SUITE

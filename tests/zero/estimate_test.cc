@@ -125,6 +125,7 @@ TEST_CASE("estimate: transient buffers") {
   EstimateInput s = Bf16Adam(psi, 4);
   s.groups = {{1'000, 1'000, 1'000, 1'000}};
   s.persistence_threshold = 0;
+  s.max_reuse_distance = 0;  // nothing kept for reuse
   s.largest_layer = 1'000;
   s.prefetch_numel = 2'000;
   CHECK(EstimateStage(s, 3).live_params_peak_bytes == 2 * 3'000);
@@ -133,6 +134,12 @@ TEST_CASE("estimate: transient buffers") {
   s.prefetch_numel = 1'000'000;
   s.max_live_numel = 1'000'000;
   CHECK(EstimateStage(s, 3).live_params_peak_bytes == 2 * 4'000);
+  // With parameters kept for reuse (DeepSpeed's default distance), up to max_live stay gathered.
+  s.max_reuse_distance = 1'000'000'000;
+  s.max_live_numel = 2'000;
+  s.prefetch_numel = 0;
+  CHECK(EstimateStage(s, 3).live_params_peak_bytes == 2 * 3'000);
+  s.max_live_numel = 1'000'000;
   // Gradient buffers: the layer's full gradient, the padded wire copy and the received shard.
   CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * 1'000 + 2 * 4'000 + 2 * 1'000);
 }
