@@ -153,8 +153,8 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     case 2:
       e.params_bytes = p * pad;
       e.grads_bytes = g * part;
-      // Transient bucket buffers hold the full gradients until the end of backward (every bucket is
-      // reduced asynchronously and completed at Finish), plus the received pieces.
+      // Transient bucket buffers: an upper bound with every bucket alive at once (the full gradients
+      // plus the received pieces); buckets are freed as their reductions complete during backward.
       e.buckets_peak_bytes = g * pad + (n > 1 ? c * part : 0) + (staged ? c * pad : 0);
       break;
     case 3: {
@@ -169,7 +169,7 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
       const int64_t live = std::min(s.sharded_padded, layer + ahead);
       e.live_params_peak_bytes = p * live;
       // Per parameter: its full gradient while the module's backward runs (grad dtype), then a padded
-      // wire copy and the received shard, both held until the end of backward.
+      // wire copy and the received shard until its reduce-scatter completes (upper bound: all alive).
       e.buckets_peak_bytes = g * layer + c * pad + c * part;
       break;
     }

@@ -13,6 +13,7 @@ struct GradientReducer::Bucket {
   int params_total = 0;
   int params_ready = 0;
   bool submitted = false;
+  bool completed = false;  // reduced and post-processed (its transient memory returned)
   Tensor buffer;      // grad dtype: a view of full_grads (kAllReduce) or a transient buffer (kScatter)
   Tensor staging;     // comm dtype, when it differs from the grad dtype
   Tensor received;    // kScatter: this rank's reduced piece (comm dtype)
@@ -80,6 +81,18 @@ void GradientReducer::MarkReady(int param) {
   Bucket& b = *state_[static_cast<size_t>(bi)];
   ZR_CHECK(!b.submitted, "parameter {} marked ready twice in one backward", param);
   if (++b.params_ready == b.params_total && opt_.overlap) Submit(b);
+  CompleteFinished();
+}
+
+void GradientReducer::CompleteFinished() {
+  // Buckets whose collectives are done are post-processed now, so their transient buffers are
+  // returned during backward instead of all at its end.
+  for (auto& b : state_) {
+    if (!b->submitted || b->completed) continue;
+    bool done = true;
+    for (const auto& w : b->works) done = done && w.IsCompleted();
+    if (done) Complete(*b);
+  }
 }
 
 void GradientReducer::Submit(Bucket& b) {
@@ -128,6 +141,8 @@ void GradientReducer::Submit(Bucket& b) {
 }
 
 void GradientReducer::Complete(Bucket& b) {
+  if (b.completed) return;
+  b.completed = true;
   for (auto& w : b.works) w.Wait();
   b.works.clear();
   const int world = comm_.size();
@@ -141,8 +156,9 @@ void GradientReducer::Complete(Bucket& b) {
   if (opt_.mode == GradReduceOptions::Mode::kAllReduce) {
     if (world == 1) return;
     const int64_t n = b.range.size();
-    if (opt_.comm_dtype != grad_dtype_) kernels::Copy(b.buffer.data(), grad_dtype_, b.staging.data(), opt_.comm_dtype, n);
+    if (b.staging.defined()) kernels::Copy(b.buffer.data(), grad_dtype_, b.staging.data(), opt_.comm_dtype, n);
     if (post != 1.0) kernels::Scale(b.buffer.data(), b.buffer.data(), static_cast<float>(post), n, grad_dtype_);
+    b.staging = Tensor();
     return;
   }
   if (b.received.defined()) {
@@ -173,6 +189,7 @@ void GradientReducer::Finish() {
   for (auto& b : state_) Complete(*b);
   for (auto& b : state_) {
     b->submitted = false;
+    b->completed = false;
     b->params_ready = 0;
   }
 }
@@ -187,6 +204,7 @@ void GradientReducer::Reset() {
     }
     b->works.clear();
     b->submitted = false;
+    b->completed = false;
     b->params_ready = 0;
     b->received = Tensor();
     if (!full_grads_.defined()) {

@@ -77,6 +77,7 @@ class GradientReducer {
   struct Bucket;
   void Submit(Bucket& b);
   void Complete(Bucket& b);
+  void CompleteFinished();
   Tensor BucketBuffer(Bucket& b);
 
   FlatGroupLayout layout_;

@@ -140,7 +140,31 @@ bool ParamCoordinator::Release(int id) {
   return s.state != State::kReleased;
 }
 
+void ParamCoordinator::CompleteFinishedGrads() {
+  // Reductions that are done give their buffers back now rather than at the end of backward.
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_grads_.size(); ++i) {
+    PendingGrad& g = pending_grads_[i];
+    if (g.work.IsCompleted()) {
+      AccumulateGrad(g);
+    } else {
+      if (kept != i) pending_grads_[kept] = std::move(g);
+      ++kept;
+    }
+  }
+  pending_grads_.resize(kept);
+}
+
+void ParamCoordinator::AccumulateGrad(PendingGrad& g) {
+  g.work.Wait();
+  const Tensor& dst = params_[static_cast<size_t>(g.id)].grad_shard;
+  kernels::Axpy(dst.data(), dst.dtype(), g.received.data(), opt_.comm_dtype, 1.0f, dst.numel());
+  g.full = Tensor();
+  g.received = Tensor();
+}
+
 void ParamCoordinator::ReduceGrad(int id, Tensor full_grad) {
+  CompleteFinishedGrads();
   const Param& p = params_.at(static_cast<size_t>(id));
   const Slot& s = slots_[static_cast<size_t>(id)];
   ZR_CHECK(full_grad.numel() == p.numel, "gradient of parameter {} has {} elements, expected {}", id,
@@ -157,11 +181,7 @@ void ParamCoordinator::ReduceGrad(int id, Tensor full_grad) {
 }
 
 void ParamCoordinator::FinishGrads() {
-  for (PendingGrad& g : pending_grads_) {
-    g.work.Wait();
-    const Tensor& dst = params_[static_cast<size_t>(g.id)].grad_shard;
-    kernels::Axpy(dst.data(), dst.dtype(), g.received.data(), opt_.comm_dtype, 1.0f, dst.numel());
-  }
+  for (PendingGrad& g : pending_grads_) AccumulateGrad(g);
   pending_grads_.clear();
 }
 

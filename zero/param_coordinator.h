@@ -109,6 +109,8 @@ class ParamCoordinator {
     comm::Work work;
   };
   std::vector<PendingGrad> pending_grads_;
+  void CompleteFinishedGrads();
+  void AccumulateGrad(PendingGrad& g);
 };
 
 }  // namespace zerorun::zero

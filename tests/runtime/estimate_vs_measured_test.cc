@@ -137,21 +137,18 @@ void CheckCase(const Case& k) {
     CHECK(r.grads == e.grads_bytes);
     CHECK(r.master == e.master_bytes);
     CHECK(r.optimizer == e.optimizer_bytes);
-    // Between steps no reduction buffer is held, except stage 0's staging copies in another wire
-    // dtype, which GradientReducer keeps for reuse (kAllReduce returns before dropping them).
-    const bool staged = k.world > 1 && k.dtype != DType::kF32 && k.comm_dtype != k.grad_dtype;
-    CHECK(r.buckets_now == (k.stage == 0 && staged ? e.buckets_peak_bytes : 0));
+    // Between steps no reduction buffer is held.
+    CHECK(r.buckets_now == 0);
+    // Transient buffers are freed as each reduction completes, so the estimate (everything alive at
+    // once, the worst case when no reduction finishes before backward ends) is an upper bound.
     CHECK(r.buckets_peak <= e.buckets_peak_bytes);
     CHECK(r.params_peak <= e.params_bytes + e.live_params_peak_bytes);
     if (k.stage <= 2) {
-      // Stages 0-2: the bucket estimate is exact up to padding (buckets cover the real elements only).
-      CHECK(e.buckets_peak_bytes - r.buckets_peak <= 8 * (r.pad_numel - r.psi));
       CHECK(r.params_peak == r.params);
     } else {
-      // Stage 3: the bounds are not idle: gathered parameters and gradient buffers come within 25 %.
+      // Stage 3: the gathered-parameter bound is not idle: within 25 % of the measured peak.
       CHECK(r.params_peak > r.params);
       CHECK(4 * (e.params_bytes + e.live_params_peak_bytes) <= 5 * r.params_peak);
-      CHECK(4 * e.buckets_peak_bytes <= 5 * r.buckets_peak);
     }
   }
 }
