@@ -12,8 +12,10 @@
 
 namespace zerorun::runtime {
 
-// Reports final gradients to the reducers while this backward reduces (boundary micro-steps for
-// stages 0/1, every micro-step for stage 2).
+// The engine's side of the model's windows: reports final gradients to the reducers while this
+// backward reduces (boundary micro-steps for stages 0/1, every micro-step for stages 2/3), binds stage
+// 2's transient gradient buffers, and at stage 3 gathers each module's parameters for its window and
+// releases them after.
 class Engine::Observer final : public nn::ModuleObserver {
  public:
   explicit Observer(Engine& e) : e_(e) {}
