@@ -78,6 +78,8 @@ class Engine::Observer final : public nn::ModuleObserver {
     }
     if (ids.empty()) return;
     auto [mit, inserted] = im.module_id.try_emplace(&m, static_cast<int>(im.module_id.size()));
+    im.coord->set_purpose(backward ? zero::ParamCoordinator::Purpose::kBackward
+                                   : zero::ParamCoordinator::Purpose::kForward);
     im.coord->Enter(mit->second * 2 + (backward ? 1 : 0), ids);
     for (auto [p, id] : owned) {
       p->BindData(im.coord->Acquire(id).Reshape(p->shape()));
@@ -374,6 +376,7 @@ std::vector<std::pair<double, double>> Engine::GetMomentum() const {
 std::vector<Tensor> Engine::GatherParameters() {
   ScopedMemoryAccount scope(&account_);
   std::vector<Tensor> out;
+  if (impl_->coord) impl_->coord->set_purpose(zero::ParamCoordinator::Purpose::kGatherParameters);
   for (nn::Parameter* p : model_.Parameters()) {
     auto it = impl_->param_id.find(p);
     if (it == impl_->param_id.end()) {

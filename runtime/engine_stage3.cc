@@ -69,8 +69,12 @@ void Engine::BuildGroupsStage3() {
   so.max_live_numel = config_.zero_optimization.max_live_parameters;
   so.persistence_threshold = config_.zero_optimization.param_persistence_threshold;
   so.max_reuse_distance = config_.zero_optimization.max_reuse_distance;
+  so.sanity_checks = config_.zero_optimization.enable_sanity_checks;
   so.comm_dtype = config_.CommDType();
   impl_->coord = std::make_unique<zero::ParamCoordinator>(std::move(coord_params), *comm_, so);
+  std::vector<std::string> names(impl_->param_id.size());
+  for (const auto& [p, id] : impl_->param_id) names[static_cast<size_t>(id)] = p->name();
+  impl_->coord->set_namer([names](int id) { return names.at(static_cast<size_t>(id)); });
   // Persistent parameters are resident from the start: bind them for good.
   for (auto& [p, id] : impl_->param_id) {
     if (impl_->coord->persistent(id)) {

@@ -45,9 +45,41 @@ ParamCoordinator::~ParamCoordinator() {
 
 bool ParamCoordinator::persistent(int id) const { return slots_.at(static_cast<size_t>(id)).persistent; }
 
+namespace {
+const char* PurposeName(int64_t p) {
+  switch (p) {
+    case 1: return "a module's forward";
+    case 2: return "a module's backward";
+    case 3: return "GatherParameters()";
+    case 4: return "start-up";
+  }
+  return "?";
+}
+}  // namespace
+
+void ParamCoordinator::CheckSameOnAllRanks(int id) {
+  const int n = comm_.size();
+  int64_t mine[2] = {id, static_cast<int64_t>(purpose_)};
+  std::vector<int64_t> all(static_cast<size_t>(2 * n));
+  comm_.AllGather(mine, all.data(), 2, DType::kI64).Wait();
+  bool same = true;
+  for (int r = 0; r < n; ++r) same = same && all[2 * r] == mine[0] && all[2 * r + 1] == mine[1];
+  if (same) return;
+  auto name = [&](int64_t pid) {
+    return namer_ ? namer_(static_cast<int>(pid)) : Format("parameter {}", pid);
+  };
+  std::string who;
+  for (int r = 0; r < n; ++r) {
+    who += Format("\n  rank {} gathers {} for {}", r, name(all[2 * r]), PurposeName(all[2 * r + 1]));
+  }
+  ZR_THROW(CommError, "ZeRO-3: the ranks issued different parameter gathers (collective sequences diverged; "
+           "is some model code, a save or a generate step run on some ranks only? every rank must run it):{}", who);
+}
+
 void ParamCoordinator::Submit(int id) {
   Slot& s = slots_[static_cast<size_t>(id)];
   if (s.state != State::kReleased) return;
+  if (opt_.sanity_checks && comm_.size() > 1) CheckSameOnAllRanks(id);
   const Tensor& shard = params_[static_cast<size_t>(id)].shard;
   s.full = Tensor::Empty({s.shard_numel * comm_.size()}, shard.dtype(), comm_.device(), MemCategory::kParams);
   s.work = comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype());

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "zerorun/comm/communicator.h"
@@ -34,6 +36,11 @@ struct Stage3Options {
   // stage3_max_reuse_distance: a parameter whose next use (in the recorded order) comes before this many
   // parameter elements have been fetched is kept resident instead of released (bounded by max_live).
   int64_t max_reuse_distance = 1'000'000'000;
+  // zero_optimization.enable_sanity_checks: before every gather the ranks compare what they are about
+  // to gather and why (one small all-gather), so a collective issued by only some ranks (rank-
+  // conditional model code, a save on rank 0 only) fails at once with a CommError naming each rank's
+  // parameter and purpose, instead of pairing with an unrelated collective or waiting for the timeout.
+  bool sanity_checks = false;
   DType comm_dtype = DType::kF32;            // gradient reduce-scatter dtype
 };
 
@@ -51,6 +58,11 @@ class ParamCoordinator {
   ParamCoordinator& operator=(const ParamCoordinator&) = delete;
 
   int num_params() const { return static_cast<int>(params_.size()); }
+  // What the following gathers are for (compared across ranks with sanity_checks, and named in errors).
+  enum class Purpose : int64_t { kForward = 1, kBackward = 2, kGatherParameters = 3, kInit = 4 };
+  void set_purpose(Purpose p) { purpose_ = p; }
+  // Names parameters in error messages (default: "parameter <id>").
+  void set_namer(std::function<std::string(int)> namer) { namer_ = std::move(namer); }
   bool persistent(int id) const;
   // The module with id `module` is entering a forward or backward that uses `param_ids`: record it
   // (first pass) or follow the trace and prefetch ahead (later passes).
@@ -85,11 +97,15 @@ class ParamCoordinator {
   void Wait(Slot& s);
   void Free(Slot& s);
   void PrefetchFrom(size_t position);
+  // sanity_checks: every rank must be gathering parameter `id` for the same purpose.
+  void CheckSameOnAllRanks(int id);
   // True when `id` is used again within max_reuse_distance fetched elements after the cursor.
   bool ReusedSoon(int id) const;
 
   comm::Communicator& comm_;
   Stage3Options opt_;
+  Purpose purpose_ = Purpose::kInit;
+  std::function<std::string(int)> namer_;
   std::vector<Param> params_;
   std::vector<Slot> slots_;
   struct TraceEntry {

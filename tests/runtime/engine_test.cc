@@ -227,3 +227,53 @@ TEST_CASE("engine: stage 3 built from recipes never materialises the full model 
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("unit") {
+
+TEST_CASE("engine: with enable_sanity_checks a stage-3 gather on some ranks only fails at once, naming each rank") {
+  std::mutex mu;
+  std::vector<std::string> errors(2);
+  comm::CommOptions co;
+  co.timeout = comm::Millis(20000);
+  comm::RunLocalRanks(2, [&](comm::Communicator& c) {
+    RunSpec s;
+    s.world = 2;
+    s.stage = 3;
+    s.micro = 2;
+    s.zero_json = R"(, "stage3_param_persistence_threshold": 0, "enable_sanity_checks": true)";
+    runtime::LoadOptions lo;
+    lo.world_size = 2;
+    lo.log_warnings = false;
+    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    gpt::Gpt model(TinyGpt(DType::kF32));
+    runtime::EngineOptions eo;
+    eo.init_seed = 5;
+    runtime::Engine engine(model, cfg, c, eo);
+    // One full step together works.
+    auto [x, y] = MicroBatch(0, 0, c.rank(), 2, 2, 1, 8, 16);
+    engine.Forward(x, y);
+    engine.Backward();
+    engine.Step();
+    // Then rank 0 "saves" alone while rank 1 trains on.
+    Stopwatch watch;
+    try {
+      if (c.rank() == 0) {
+        engine.GatherParameters();
+      } else {
+        engine.Forward(x, y);
+      }
+    } catch (const CommError& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors[static_cast<size_t>(c.rank())] = e.what();
+    }
+    CHECK(watch.ElapsedSeconds() < 10);  // not the 20 s timeout
+  }, co);
+  for (const std::string& e : errors) {
+    INFO(e);
+    CHECK(e.find("rank 0 gathers wte.weight for GatherParameters()") != std::string::npos);
+    CHECK(e.find("for a module's forward") != std::string::npos);
+    CHECK(e.find("rank 1 gathers ") != std::string::npos);
+  }
+}
+
+}  // TEST_SUITE
