@@ -143,6 +143,9 @@ void Engine::Init() {
              comm_->size(), comm_->size());
   }
   const int stage = zero_stage();
+  if (!config_.batch.managed_gradient_accumulation) {
+    ZR_THROW(ConfigError, "managed_gradient_accumulation: false (unmanaged accumulation) is not implemented yet");
+  }
   if (config_.zero_optimization.OptimizerOffload() != OffloadDevice::kNone ||
       config_.zero_optimization.ParamOffload() != OffloadDevice::kNone) {
     ZR_THROW(ConfigError, "zero_optimization.offload_optimizer / offload_param: offload is not implemented yet");
