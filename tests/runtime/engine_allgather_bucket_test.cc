@@ -1,0 +1,187 @@
+// zero_optimization.allgather_bucket_size at stages 1/2: a partition larger than the bucket is updated
+// and all-gathered chunk by chunk (the optimizer overlapping the gather). The result must be bitwise
+// the run with one gather per group; the traffic must be ceil(P/B) all-gathers per group and step with
+// exactly the bytes of the single gather; the staging buffers (two, W·B elements each) are charged to
+// kBuckets during the step and gone after it.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "engine_test_util.h"
+#include "zerorun/runtime/optim/optimizer.h"
+#include "zerorun/zero/partition.h"
+
+using namespace zrtest;
+
+namespace {
+
+struct BucketRun {
+  std::vector<std::vector<float>> params;  // per rank, every parameter as fp32
+  std::vector<double> losses;              // rank 0
+  std::vector<int64_t> part_numels;        // per group: the partition P
+  std::vector<int64_t> step_counts;        // rank 0's optimizer step count per group
+  int64_t gather_calls = 0;                // rank 0, over all steps
+  int64_t gather_bytes_sent = 0;           // summed over ranks and steps
+  int64_t gather_payload = 0;              // rank 0, over all steps
+  // Rank 0's kBuckets bytes per step: when Step() begins, its peak during Step(), when it ends.
+  std::vector<int64_t> buckets_before, buckets_peak, buckets_after;
+};
+
+constexpr int kSteps = 3;
+
+// Two groups (no weight decay on 1-d parameters), so both the big and the small group are chunked or not
+// depending on the bucket. `bucket` 0: the config's default.
+BucketRun RunWithBucket(int stage, int world, DType dtype, int64_t bucket, const char* optimizer = "AdamW") {
+  BucketRun out;
+  out.params.resize(static_cast<size_t>(world));
+  std::mutex mu;
+  comm::RunLocalRanks(world, [&](comm::Communicator& c) {
+    RunSpec s;
+    s.world = world;
+    s.stage = stage;
+    s.micro = 2;
+    s.dtype = dtype;
+    if (bucket > 0) s.zero_json = Format(R"(, "allgather_bucket_size": {})", bucket);
+    if (std::string(optimizer) == "Lamb") s.extra_json = R"(, "zero_allow_untested_optimizer": true)";
+    std::string json = ConfigJson(s);
+    if (std::string(optimizer) != "AdamW") {
+      const std::string from = R"("type": "AdamW")";
+      json.replace(json.find(from), from.size(), Format(R"("type": "{}")", optimizer));
+    }
+    runtime::LoadOptions lo;
+    lo.world_size = world;
+    lo.log_warnings = false;
+    runtime::Config cfg = runtime::LoadConfigString(json, lo);
+    gpt::Gpt model(TinyGpt(dtype));
+    model.Initialize(11);
+    runtime::EngineOptions eo;
+    eo.groups.no_weight_decay_for_1d = true;
+    runtime::Engine engine(model, cfg, c, eo);
+    c.ResetStats();
+    std::vector<double> losses;
+    std::vector<int64_t> before, peak, after;
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = MicroBatch(step, 0, c.rank(), world, 2, 1, 8, 16);
+      losses.push_back(engine.Forward(x, y));
+      engine.Backward();
+      MemoryAccount& m = engine.memory();
+      before.push_back(m.Current(MemCategory::kBuckets));
+      m.ResetPeaks();
+      engine.Step();
+      peak.push_back(m.Peak(MemCategory::kBuckets));
+      after.push_back(m.Current(MemCategory::kBuckets));
+    }
+    comm::CommStats st = c.Stats();
+    std::vector<float> flat;
+    for (const Tensor& t : engine.GatherParameters()) {
+      std::vector<float> v = t.ToVector();
+      flat.insert(flat.end(), v.begin(), v.end());
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    out.params[static_cast<size_t>(c.rank())] = flat;
+    out.gather_bytes_sent += st[comm::OpType::kAllGather].bytes_sent;
+    if (c.rank() == 0) {
+      out.losses = losses;
+      out.gather_calls = st[comm::OpType::kAllGather].calls;
+      out.gather_payload = st[comm::OpType::kAllGather].payload_bytes;
+      out.buckets_before = before;
+      out.buckets_peak = peak;
+      out.buckets_after = after;
+      for (size_t g = 0; g < engine.param_groups().size(); ++g) {
+        std::vector<int64_t> numels;
+        for (auto* p : engine.param_groups()[g].params) numels.push_back(p->numel());
+        out.part_numels.push_back(zero::LayoutFlatGroup(numels, world).partition_numel);
+        out.step_counts.push_back(engine.optimizer().step_count(static_cast<int>(g)));
+      }
+    }
+  });
+  return out;
+}
+
+// kBuckets during each step: the gradient buckets the step finds (stage 1 frees the reduction buffers
+// still held, how many depends on timing, when it finishes them before the update), then
+// `staging_bytes` on top of what stays after the step while the gather runs; after the step exactly
+// what the single-gather run `base` holds.
+void CheckStaging(const BucketRun& r, const BucketRun& base, int64_t staging_bytes) {
+  REQUIRE(r.buckets_peak.size() == static_cast<size_t>(kSteps));
+  for (size_t i = 0; i < r.buckets_peak.size(); ++i) {
+    CAPTURE(i);
+    CHECK(r.buckets_after[i] == base.buckets_after[i]);
+    CHECK(r.buckets_peak[i] == std::max(r.buckets_before[i], r.buckets_after[i] + staging_bytes));
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+
+TEST_CASE("engine allgather_bucket_size: chunked update+gather is bitwise the single gather, ceil(P/B) ops, same bytes") {
+  for (int stage : {1, 2}) {
+    for (int world : {2, 3}) {
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        CAPTURE(stage);
+        CAPTURE(world);
+        CAPTURE(DTypeName(dtype));
+        const BucketRun base = RunWithBucket(stage, world, dtype, 0);
+        REQUIRE(base.part_numels.size() == 2);
+        const int64_t big = std::max(base.part_numels[0], base.part_numels[1]);
+        const int64_t small = std::min(base.part_numels[0], base.part_numels[1]);
+        REQUIRE(small >= 8);
+        CHECK(base.gather_calls == 2 * kSteps);  // one in-place gather per group and step
+        CheckStaging(base, base, 0);
+        for (size_t g = 0; g < 2; ++g) CHECK(base.step_counts[g] == kSteps);
+        // Several chunks in both groups, with a short last chunk (the bucket does not divide the
+        // partition), with an odd number of chunks, and a bucket that covers only the small group.
+        std::vector<int64_t> buckets = {2 * (small / 6) + 2, 2 * (small / 4) + 2, small + 2 * (small / 2)};
+        if (small < big) buckets.push_back(2 * ((small + big) / 4));  // small group whole, big chunked
+        for (int64_t bucket : buckets) {
+          CAPTURE(bucket);
+          REQUIRE(bucket % 2 == 0);
+          const BucketRun r = RunWithBucket(stage, world, dtype, bucket);
+          int64_t chunks = 0;
+          bool chunked = false;
+          for (int64_t p : r.part_numels) {
+            chunks += zero::CeilDiv(p, bucket);
+            chunked = chunked || p > bucket;
+          }
+          REQUIRE(chunked);
+          INFO(Format("stage {} world {} {}: partitions {} and {}, bucket {}: {} chunks per step", stage, world, DTypeName(dtype), r.part_numels[0], r.part_numels[1], bucket, chunks));
+          CHECK(r.losses == base.losses);
+          for (int rank = 0; rank < world; ++rank) {
+            CHECK(r.params[static_cast<size_t>(rank)] == base.params[static_cast<size_t>(rank)]);
+            CHECK(r.params[static_cast<size_t>(rank)] == r.params[0]);
+          }
+          for (size_t g = 0; g < 2; ++g) CHECK(r.step_counts[g] == kSteps);  // once per boundary
+          CHECK(r.gather_calls == chunks * kSteps);
+          CHECK(r.gather_bytes_sent == base.gather_bytes_sent);
+          CHECK(r.gather_payload == base.gather_payload);
+          // Two staging buffers of W·B elements during the step, nothing after it.
+          const int64_t staging = world * bucket * static_cast<int64_t>(DTypeSize(dtype));
+          CheckStaging(r, base, (chunks >= 2 ? 2 : 1) * staging);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("engine allgather_bucket_size: Lamb steps each group in one pass and gathers it in chunks") {
+  const BucketRun base = RunWithBucket(2, 2, DType::kBF16, 0, "Lamb");
+  const int64_t small = std::min(base.part_numels[0], base.part_numels[1]);
+  const int64_t bucket = 2 * (small / 3) + 2;
+  const BucketRun r = RunWithBucket(2, 2, DType::kBF16, bucket, "Lamb");
+  CHECK(r.losses == base.losses);
+  CHECK(r.params == base.params);
+  CHECK(r.gather_calls == (zero::CeilDiv(r.part_numels[0], bucket) + zero::CeilDiv(r.part_numels[1], bucket)) * kSteps);
+  CHECK(r.gather_bytes_sent == base.gather_bytes_sent);
+  CheckStaging(r, base, 2 * 2 * bucket * 2);  // two bf16 buffers of W·B
+}
+
+TEST_CASE("engine allgather_bucket_size: one rank gathers nothing, whatever the bucket") {
+  const BucketRun r = RunWithBucket(2, 1, DType::kBF16, 8);
+  const BucketRun base = RunWithBucket(2, 1, DType::kBF16, 0);
+  CHECK(r.gather_calls == 0);
+  CheckStaging(r, base, 0);
+  CHECK(r.params == base.params);
+}
+
+}  // TEST_SUITE
