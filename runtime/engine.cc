@@ -49,7 +49,7 @@ class Engine::Observer final : public nn::ModuleObserver {
     if (e_.zero_stage() == 3) {
       for (nn::Parameter* p : params) {
         auto it = e_.impl_->param_id.find(p);
-        if (it == e_.impl_->param_id.end()) continue;
+        if (it == e_.impl_->param_id.end() || !p->requires_grad()) continue;
         Tensor& full = e_.impl_->full_grads[static_cast<size_t>(it->second)];
         e_.impl_->coord->ReduceGrad(it->second, full);
         full = Tensor();
@@ -167,9 +167,10 @@ void Engine::Init() {
   }
   if (options_.init_seed) {
     model_.SetRngSeed(*options_.init_seed);
-    // Frozen parameters are not partitioned: they get their full value here.
+    // Frozen parameters are not partitioned at stages 0-2: they get their full value here (stage 3
+    // shards them like the others).
     for (nn::Parameter* p : params) {
-      if (p->requires_grad()) continue;
+      if (p->requires_grad() || stage == 3) continue;
       p->AllocateData();
       nn::FillInitTensor(p->init(), *options_.init_seed, p->name(), p->engine_data());
     }

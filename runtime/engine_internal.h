@@ -51,6 +51,7 @@ struct Engine::Impl {
   std::unordered_map<nn::Parameter*, int> param_id;
   std::unordered_map<const nn::Module*, int> module_id;
   std::vector<Tensor> full_grads;
+  Tensor frozen_shards;                    // stage 3: this rank's shards of the frozen parameters
   double last_print_time = 0;              // progress-line throughput
   int64_t last_print_samples = 0;
   int64_t tokens_per_sample = 0;           // numel / rows of the last inputs (B, T) → T

@@ -214,7 +214,6 @@ int RunEstimate(int argc, char** argv) {
   bool sgd_momentum = true;
   int config_stage = -1;
   z::OffloadTarget config_opt = z::OffloadTarget::kNone, config_param = z::OffloadTarget::kNone;
-  int64_t reduce_bucket = 500'000'000;
   if (!file.empty()) {
     try {
       options.world_size = in.world_size;
@@ -232,7 +231,7 @@ int RunEstimate(int argc, char** argv) {
       config_stage = zc.StageNumber();
       config_opt = ToTarget(zc.OptimizerOffload());
       config_param = ToTarget(zc.ParamOffload());
-      reduce_bucket = zc.reduce_bucket_size;
+      in.reduce_bucket_numel = zc.reduce_bucket_size;
       in.prefetch_numel = zc.prefetch_bucket_size;
       in.max_live_numel = zc.max_live_parameters;
       in.max_reuse_distance = zc.max_reuse_distance;
@@ -280,9 +279,9 @@ int RunEstimate(int argc, char** argv) {
      << (largest ? Grouped(*largest) + " elements" : std::string("not given (--largest-layer): the whole model"))
      << "\n              prefetch " << Grouped(in.prefetch_numel) << ", max live " << Grouped(in.max_live_numel)
      << ", persistence threshold " << Grouped(in.persistence_threshold) << " elements\n"
-     << "  reduce bucket " << Grouped(reduce_bucket)
-     << " elements (stage 1/2; every bucket of a backward is held until the backward ends, so the\n"
-     << "  bucket peak does not depend on it)\n\n";
+     << "  reduce bucket " << Grouped(in.reduce_bucket_numel)
+     << " elements (stage 3: full gradients are held until a bucket fills; stages 1/2 hold every\n"
+     << "  bucket of a backward until it ends, so their bucket peak does not depend on it)\n\n";
   const int w = 11;
   os << std::left << std::setw(40) << "choice" << std::right;
   for (const char* h : {"params", "grads", "master", "optim", "states", "buckets^", "live^", "peak"}) {

@@ -168,9 +168,10 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
                                      std::min(in.max_reuse_distance, in.max_live_numel));
       const int64_t live = std::min(s.sharded_padded, layer + ahead);
       e.live_params_peak_bytes = p * live;
-      // Per parameter: its full gradient while the module's backward runs (grad dtype), then a padded
-      // wire copy and the received shard until its reduce-scatter completes (upper bound: all alive).
-      e.buckets_peak_bytes = g * layer + c * pad + c * part;
+      // Full gradients (grad dtype): the module in backward plus the open bucket, which is packed once
+      // it reaches reduce_bucket_size; then the packed wire copy and the received block of each bucket
+      // until its reduce-scatter completes (upper bound: every bucket alive).
+      e.buckets_peak_bytes = g * std::min(pad, layer + in.reduce_bucket_numel) + c * pad + c * part;
       break;
     }
   }

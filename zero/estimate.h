@@ -1,7 +1,7 @@
 // Per-rank memory estimate of ZeRO training: the model states the ZeRO paper predicts (16Ψ, 4Ψ+12Ψ/N,
 // 2Ψ+14Ψ/N, 16Ψ/N for mixed-precision Adam), computed with zerorun's own padding and with the transient
 // buffers zerorun really allocates (gradient buckets, stage-3 gathered parameters, prefetch and
-// per-parameter reduce-scatter buffers), plus the offload placements DeepSpeed's estimators describe
+// coalesced reduce-scatter buffers), plus the offload placements DeepSpeed's estimators describe
 // and DeepSpeed's estimator formulas themselves (reference §5.2) as an oracle. Plain numbers in,
 // plain numbers out: the CLI (tools/zerorun_config.cc) maps a config onto EstimateInput.
 #pragma once
@@ -33,6 +33,8 @@ struct EstimateInput {
   // A released parameter reused within this many fetched elements stays gathered (bounded by
   // max_live_numel), so with DeepSpeed's default (1e9) a small model stays gathered through backward.
   int64_t max_reuse_distance = 1'000'000'000;
+  // reduce_bucket_size: stage 3 holds full gradients until a bucket of this many elements is packed.
+  int64_t reduce_bucket_numel = 500'000'000;
 };
 
 // One tensor of psi elements in one group (the CLI's --params P).

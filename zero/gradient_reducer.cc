@@ -8,6 +8,20 @@
 
 namespace zerorun::zero {
 
+ReduceScaling ScalingFor(bool average, bool prescale, double predivide, int world) {
+  ReduceScaling s;
+  if (!average || world <= 1) return s;
+  if (prescale) {
+    s.pre = 1.0 / world;
+  } else if (predivide != 1.0) {
+    s.pre = 1.0 / predivide;
+    s.post = predivide / world;
+  } else {
+    s.op = comm::ReduceOp::kAvg;
+  }
+  return s;
+}
+
 struct GradientReducer::Bucket {
   Range range;
   int params_total = 0;
@@ -100,18 +114,10 @@ void GradientReducer::Submit(Bucket& b) {
   const int world = comm_.size();
   Tensor buf = BucketBuffer(b);
   const int64_t n = b.range.size();
-  // Pre-scaling on the gradient dtype (a single rank has nothing to average).
-  double pre = 1.0;
-  comm::ReduceOp op = comm::ReduceOp::kSum;
-  if (opt_.average && world > 1) {
-    if (opt_.prescale) {
-      pre = 1.0 / world;
-    } else if (opt_.predivide != 1.0) {
-      pre = 1.0 / opt_.predivide;
-    } else {
-      op = comm::ReduceOp::kAvg;
-    }
-  }
+  // Pre-scaling on the gradient dtype.
+  const ReduceScaling sc = ScalingFor(opt_.average, opt_.prescale, opt_.predivide, world);
+  const double pre = sc.pre;
+  const comm::ReduceOp op = sc.op;
   if (pre != 1.0) kernels::Scale(buf.data(), buf.data(), static_cast<float>(pre), n, grad_dtype_);
   Tensor wire = buf;
   if (opt_.comm_dtype != grad_dtype_ && world > 1) {
@@ -146,8 +152,7 @@ void GradientReducer::Complete(Bucket& b) {
   for (auto& w : b.works) w.Wait();
   b.works.clear();
   const int world = comm_.size();
-  double post = 1.0;
-  if (opt_.average && !opt_.prescale && opt_.predivide != 1.0 && world > 1) post = opt_.predivide / world;
+  const double post = ScalingFor(opt_.average, opt_.prescale, opt_.predivide, world).post;
   if (world == 1 && opt_.mode == GradReduceOptions::Mode::kScatter) {
     // The only rank owns everything: the bucket is its reduced piece.
     b.received = b.buffer;

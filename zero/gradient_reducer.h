@@ -30,6 +30,17 @@
 
 namespace zerorun::zero {
 
+// How a reduction averages (reference §5.3): multiply by `pre` before the collective (on the data as
+// it is sent), reduce with `op`, multiply by `post` after. "mean" with predivide 1 lets the
+// collective average in fp32 (kAvg); with a predivide factor f: ×1/f, sum, ×f/W; prescale_gradients:
+// ×1/W, sum. A single rank has nothing to average.
+struct ReduceScaling {
+  double pre = 1.0;
+  comm::ReduceOp op = comm::ReduceOp::kSum;
+  double post = 1.0;
+};
+ReduceScaling ScalingFor(bool average, bool prescale, double predivide, int world);
+
 struct GradReduceOptions {
   enum class Mode { kAllReduce, kScatter };
   Mode mode = Mode::kAllReduce;

@@ -14,6 +14,11 @@
 // A released parameter whose next use in the trace is within `max_reuse_distance` fetched elements
 // stays resident too (DeepSpeed's max_reuse_distance), as long as `max_live_numel` allows.
 //
+// Gradients: ReduceGrad hands over a parameter's full gradient when its backward is done; gradients
+// collect into a bucket until it holds `reduce_bucket_numel` padded elements, then the bucket is packed
+// rank by rank ([rank 0's shard of each parameter | rank 1's ... ]) and leaves as one reduce-scatter,
+// asynchronously, while backward goes on (DeepSpeed's reduce_scatter_coalesced of an IPG bucket).
+//
 // Every collective is submitted in the same order on every rank because every rank runs the same
 // module sequence; a rank that does not (rank-conditional model code) makes the others' collective
 // time out, and the communicator's timeout message names the op and the ranks that did not arrive.
@@ -42,6 +47,13 @@ struct Stage3Options {
   // parameter and purpose, instead of pairing with an unrelated collective or waiting for the timeout.
   bool sanity_checks = false;
   DType comm_dtype = DType::kF32;            // gradient reduce-scatter dtype
+  // reduce_bucket_size: padded gradient elements per reduce-scatter (a larger parameter goes alone).
+  int64_t reduce_bucket_numel = 500'000'000;
+  // Averaging of the gradients (see ScalingFor in gradient_reducer.h): mean or sum, prescale_gradients,
+  // gradient_predivide_factor.
+  bool average = true;
+  bool prescale = false;
+  double predivide = 1.0;
 };
 
 class ParamCoordinator {
@@ -49,7 +61,7 @@ class ParamCoordinator {
   struct Param {
     int64_t numel = 0;
     Tensor shard;       // (shard_numel) this rank's shard, in the model dtype (a view into its partition)
-    Tensor grad_shard;  // (shard_numel) this rank's gradient accumulator for it (may be undefined: frozen)
+    Tensor grad_shard;  // (shard_numel) this rank's gradient accumulator for it (undefined: frozen)
   };
 
   ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options);
@@ -73,10 +85,11 @@ class ParamCoordinator {
   // The caller no longer needs `id`; its full buffer is freed when no one holds it (persistent ones stay).
   // Returns true when the full value is still resident.
   bool Release(int id);
-  // Starts reduce-scattering a full gradient (numel elements, any floating dtype; averaged over ranks)
-  // into this rank's grad_shard (added). `full_grad` is held until FinishGrads.
+  // Hands over a full gradient (numel elements, any floating dtype) to be reduce-scattered over the
+  // ranks (averaged as the options say) and added into this rank's grad_shard. It joins the open
+  // bucket; a full bucket is submitted at once. `full_grad` is held until its bucket is packed.
   void ReduceGrad(int id, Tensor full_grad);
-  // Waits for every reduction of this backward and adds them into the shards.
+  // Submits the open bucket, waits for every reduction of this backward and adds them into the shards.
   void FinishGrads();
   // After the optimizer updated the shards: re-gathers the persistent parameters in place and drops
   // every other resident full value (it is stale now).
@@ -89,6 +102,8 @@ class ParamCoordinator {
   int64_t resident_numel() const { return resident_numel_; }
   int64_t gathers() const { return gathers_; }
   int64_t prefetch_hits() const { return prefetch_hits_; }
+  // Gradient reduce-scatters submitted so far (one per bucket on more than one rank).
+  int64_t grad_reductions() const { return grad_reductions_; }
 
  private:
   enum class State { kReleased, kInFlight, kResident };
@@ -118,15 +133,21 @@ class ParamCoordinator {
   int64_t resident_numel_ = 0;
   int64_t gathers_ = 0;
   int64_t prefetch_hits_ = 0;
-  struct PendingGrad {
-    int id;
-    Tensor full;      // padded, comm dtype
-    Tensor received;  // (shard) comm dtype
+  int64_t grad_reductions_ = 0;
+  struct GradBucket {
+    std::vector<int> ids;
+    std::vector<Tensor> fulls;    // until packed: the full gradients handed over
+    std::vector<int64_t> offsets; // each parameter's shard offset inside a rank's block
+    int64_t shard_numel = 0;      // one rank's block: Σ shard sizes
+    Tensor packed;                // (W · shard_numel) comm dtype, rank blocks
+    Tensor received;              // (shard_numel) comm dtype: this rank's reduced block
     comm::Work work;
   };
-  std::vector<PendingGrad> pending_grads_;
+  GradBucket open_bucket_;
+  std::vector<GradBucket> pending_buckets_;
+  void SubmitBucket();
   void CompleteFinishedGrads();
-  void AccumulateGrad(PendingGrad& g);
+  void AccumulateBucket(GradBucket& b);
 };
 
 }  // namespace zerorun::zero

@@ -103,6 +103,7 @@ std::vector<Measured> Run(const Case& k) {
     in.prefetch_numel = k.prefetch;
     in.max_live_numel = k.max_live;
     in.persistence_threshold = k.persistence;
+    in.reduce_bucket_numel = cfg.zero_optimization.reduce_bucket_size;
     in.largest_layer = LargestLayer(model, k.world, k.persistence);
 
     MemoryAccount& m = engine.memory();

@@ -140,8 +140,11 @@ TEST_CASE("estimate: transient buffers") {
   s.prefetch_numel = 0;
   CHECK(EstimateStage(s, 3).live_params_peak_bytes == 2 * 3'000);
   s.max_live_numel = 1'000'000;
-  // Gradient buffers: the layer's full gradient, the padded wire copy and the received shard.
-  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * 1'000 + 2 * 4'000 + 2 * 1'000);
+  // Gradient buffers: full gradients of the layer in backward and of the open bucket (with the default
+  // reduce_bucket_size: all of them), the packed wire copies and the received shards.
+  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * 4'000 + 2 * 4'000 + 2 * 1'000);
+  s.reduce_bucket_numel = 1'500;
+  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 1'500) + 2 * 4'000 + 2 * 1'000);
 }
 
 TEST_CASE("estimate: offload moves master and optimizer state (and params) off the device") {
