@@ -91,6 +91,21 @@ class Engine {
   // At stage 3 this gathers the shards: a collective that every rank must call.
   std::vector<Tensor> GatherParameters();
 
+  // DeepSpeed's save_16bit_model: writes the full model's current parameter values (model dtype: bf16,
+  // fp16, or fp32 for fp32 training; tied parameters once, under their first name) as a safetensors
+  // file `save_dir/filename` with metadata {"format": "pt", "zerorun_global_steps", ...}; frozen
+  // parameters are left out with exclude_frozen_parameters. A collective: every rank must call it.
+  // Rank 0 creates save_dir and writes; at stage 3 each parameter is gathered in turn and streamed out,
+  // so no rank holds more than one full parameter beyond its usual working set. The file appears
+  // atomically (temp file, fsync, rename); the call ends with a barrier, so on return on any rank the
+  // file is in place. May be called anywhere between Step() calls, also inside an accumulation window.
+  // Returns false without saving (a warning on rank 0, no collective) at stage 3 unless
+  // zero_optimization.stage3_gather_16bit_weights_on_model_save is set. A failed write (ENOSPC, EIO, an
+  // unwritable path) leaves any existing file untouched and throws IoError on every rank.
+  // Load the file with LoadSafetensorsIntoModel (runtime/model_io.h).
+  bool Save16BitModel(const std::string& save_dir, const std::string& filename = "model.safetensors",
+                      bool exclude_frozen_parameters = false);
+
   // ---- state ---------------------------------------------------------------------------------
   int64_t global_steps() const { return global_steps_; }
   int64_t global_samples() const { return global_samples_; }

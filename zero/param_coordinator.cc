@@ -55,6 +55,7 @@ const char* PurposeName(int64_t p) {
     case 2: return "a module's backward";
     case 3: return "GatherParameters()";
     case 4: return "start-up";
+    case 5: return "Save16BitModel()";
   }
   return "?";
 }

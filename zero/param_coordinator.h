@@ -71,7 +71,7 @@ class ParamCoordinator {
 
   int num_params() const { return static_cast<int>(params_.size()); }
   // What the following gathers are for (compared across ranks with sanity_checks, and named in errors).
-  enum class Purpose : int64_t { kForward = 1, kBackward = 2, kGatherParameters = 3, kInit = 4 };
+  enum class Purpose : int64_t { kForward = 1, kBackward = 2, kGatherParameters = 3, kInit = 4, kSave = 5 };
   void set_purpose(Purpose p) { purpose_ = p; }
   // Names parameters in error messages (default: "parameter <id>").
   void set_namer(std::function<std::string(int)> namer) { namer_ = std::move(namer); }
