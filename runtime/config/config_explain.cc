@@ -186,7 +186,12 @@ std::string ExplainConfig(const Config& c) {
   os << Format("  overlap_comm {}, contiguous_gradients {}, reduce_scatter {}\n", OnOff(z.overlap_comm.value_or(false)),
                OnOff(z.contiguous_gradients), OnOff(z.reduce_scatter));
   os << "  reduce bucket:     " << Bytes(z.reduce_bucket_size, c.CommDType()) << "\n";
-  if (stage == 1 || stage == 2) os << "  allgather bucket:  " << Bytes(z.allgather_bucket_size, model) << "\n";
+  if (stage == 1 || stage == 2) {
+    // Only a partition larger than the bucket is gathered in chunks, through two W-chunk staging buffers.
+    os << "  allgather bucket:  " << Bytes(z.allgather_bucket_size, model) << " per chunk (staging "
+       << Bytes(2 * c.batch.world_size * z.allgather_bucket_size, model)
+       << " during the step when a partition is larger)\n";
+  }
   if (stage == 3) {
     os << "  prefetch bucket:   " << Bytes(z.prefetch_bucket_size, model) << "\n";
     os << "  persistence threshold: " << Bytes(z.param_persistence_threshold, model) << "\n";
