@@ -60,6 +60,9 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
   --checkpoint_activations recompute each transformer block's activations in backward instead of
                            keeping them (activation checkpointing)
   --summary PATH           write a JSON summary per rank ({rank} in PATH is replaced)
+  --save_16bit_model DIR   after training, save the model's weights (its dtype) to DIR/model.safetensors
+                           (every rank takes part; ZeRO stage 3 needs
+                           zero_optimization.stage3_gather_16bit_weights_on_model_save: true)
   --log_every N            progress line every N steps on rank 0 (default 10)
   --backend ucx|local      communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
   --allow_unknown_config   unknown config keys are warnings instead of errors
@@ -75,6 +78,7 @@ struct Args {
   int64_t n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = -1;
   float dropout = 0.0f;
   std::string summary;
+  std::string save_16bit_model;
   int64_t log_every = 10;
   std::string backend;
   bool allow_unknown = false;
@@ -99,7 +103,8 @@ int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
 Args ParseArgs(int argc, char** argv) {
   Args a;
   std::map<std::string, std::string*> strings = {{"--deepspeed_config", &a.config_path}, {"--data", &a.data},
-                                                 {"--summary", &a.summary}, {"--backend", &a.backend}};
+                                                 {"--summary", &a.summary}, {"--backend", &a.backend},
+                                                 {"--save_16bit_model", &a.save_16bit_model}};
   std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
       {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
       {"--d_model", {&a.d_model, 1}}, {"--seq_len", {&a.seq_len, 1}}, {"--vocab_size", {&a.vocab_size, 2}},
@@ -172,6 +177,13 @@ int Run(const Args& args) {
   std::shared_ptr<zr::comm::Communicator> comm = setup.comm;
   const Config& cfg = setup.config;
   const int rank = comm->rank(), world = comm->size();
+  if (!args.save_16bit_model.empty() && cfg.zero_optimization.StageNumber() == 3 &&
+      !cfg.zero_optimization.gather_16bit_weights_on_model_save) {
+    // Refused before training rather than discovering after it that nothing can be saved.
+    std::fprintf(stderr, "zerorun-train: --save_16bit_model at ZeRO stage 3 needs \"zero_optimization\": "
+                 "{\"stage3_gather_16bit_weights_on_model_save\": true} in the config\n");
+    return 2;
+  }
 
   // Data.
   std::unique_ptr<zr::data::TokenDataset> dataset;
@@ -289,6 +301,14 @@ int Run(const Args& args) {
                 FloorText(" (entropy floor %.4f)", entropy_floor).c_str(),
                 summary.tokens_per_second);
     std::printf("memory (rank 0): %s\n", engine.memory().Summary().c_str());
+  }
+  if (!args.save_16bit_model.empty()) {
+    const std::string file = "model.safetensors";
+    engine.Save16BitModel(args.save_16bit_model, file);  // every rank: a collective at stage 3
+    if (rank == 0) {
+      std::printf("saved the %s model to %s/%s\n", zr::DTypeName(engine.model_dtype()),
+                  args.save_16bit_model.c_str(), file.c_str());
+    }
   }
   if (!args.summary.empty()) zr::runtime::WriteSummaryJson(summary, zr::runtime::ExpandRankPattern(args.summary, rank));
   return 0;

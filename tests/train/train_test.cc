@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/examples/gpt/gpt.h"
+#include "zerorun/runtime/model_io.h"
+#include "zerorun/runtime/safetensors.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -200,6 +204,45 @@ TEST_CASE("zerorun-train over UCX: stage 3 on 2 ranks and stage 2 on 3 ranks wit
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-4 * std::fabs(a[i]));
   }
+  fs::remove_all(d);
+}
+
+TEST_CASE("zerorun-train --save_16bit_model: 2 ranks at stage 3 over UCX write a file that loads into the model") {
+  fs::path d = TempDir("save16");
+  WriteFile(d / "ds.json", "{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": {\"type\": \"AdamW\", "
+                           "\"params\": {\"lr\": 0.003}}, \"bf16\": {\"enabled\": true}, \"zero_optimization\": "
+                           "{\"stage\": 3, \"stage3_param_persistence_threshold\": 100, "
+                           "\"stage3_gather_16bit_weights_on_model_save\": true}}");
+  Proc two = Run("ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs 2 --master_port " +
+                 std::to_string(FreePort()) + " " + BinDir() + "/zerorun-train --deepspeed_config " +
+                 (d / "ds.json").string() + kSmall + " --save_16bit_model " + (d / "out").string());
+  INFO(two.output);
+  REQUIRE(two.status == 0);
+  CHECK(two.output.find("saved the bf16 model to " + (d / "out").string() + "/model.safetensors") !=
+        std::string::npos);
+  const std::string file = (d / "out" / "model.safetensors").string();
+  zerorun::runtime::SafetensorsReader r(file);
+  CHECK(r.metadata().at("zerorun_global_steps") == "12");
+  CHECK(r.metadata().at("zerorun_world_size") == "2");
+  zerorun::gpt::GptConfig gc;  // kSmall's dims, bf16
+  gc.n_layer = 2;
+  gc.n_head = 2;
+  gc.d_model = 32;
+  gc.seq_len = 16;
+  gc.vocab_size = 32;
+  gc.dtype = zerorun::DType::kBF16;
+  zerorun::gpt::Gpt model(gc);
+  zerorun::runtime::LoadSafetensorsIntoModel(model, file);  // strict: every parameter, nothing else
+  CHECK(model.FindParameter("wte.weight")->engine_data().ToVector() == r.Read("wte.weight").ToVector());
+
+  // Without the stage-3 flag the job is refused before it trains.
+  WriteFile(d / "noflag.json", Config(4, 3));
+  Proc noflag = Run(BinDir() + "/zerorun-train --deepspeed_config " + (d / "noflag.json").string() + kSmall +
+                    " --save_16bit_model " + (d / "out2").string());
+  CHECK(noflag.status == 2);
+  CHECK(noflag.output.find("stage3_gather_16bit_weights_on_model_save") != std::string::npos);
+  CHECK(noflag.output.find("step ") == std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out2"));
   fs::remove_all(d);
 }
 
