@@ -46,6 +46,7 @@ class Engine::Observer final : public nn::ModuleObserver {
     }
   }
   void GradsReady(nn::Module&, const std::vector<nn::Parameter*>& params) override {
+    for (nn::Parameter* p : params) e_.impl_->grads_seen.insert(p);
     if (e_.zero_stage() == 3) {
       for (nn::Parameter* p : params) {
         auto it = e_.impl_->param_id.find(p);
@@ -177,6 +178,7 @@ void Engine::Init() {
   }
   groups_ = BuildParamGroups(params, options_.groups);
   if (groups_.empty()) ZR_THROW(InvalidArgument, "the model has no trainable parameters");
+  for (const ParamGroup& pg : groups_) impl_->trainable_params += static_cast<int64_t>(pg.params.size());
   BuildGroups();
   BuildOptimizer();
   impl_->scaler = MakeLossScaler(config_);
@@ -307,6 +309,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   ScopedTimer timer(timers_, "forward");
   model_.Train();
   impl_->reducing = zero_stage() >= 2 || IsGradientAccumulationBoundary();
+  impl_->grads_seen.clear();
   if (impl_->coord) impl_->coord->BeginPass();
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
   last_loss_ = model_.ForwardLoss(inputs, targets);
@@ -334,6 +337,7 @@ void Engine::Backward() {
         for (nn::Parameter* p : pg.params) p->ReleaseGrad();
       }
     }
+    if (static_cast<int64_t>(impl_->grads_seen.size()) < impl_->trainable_params) CheckUnusedParameters();
   } catch (...) {
     for (auto& g : impl_->groups) {
       if (g.reducer) g.reducer->Reset();
@@ -341,6 +345,31 @@ void Engine::Backward() {
     if (impl_->coord) impl_->coord->Reset();
     throw;
   }
+}
+
+void Engine::CheckUnusedParameters() {
+  // Which trainable parameters got no gradient in this backward: the ones whose module did not run
+  // forward, or whose output did not reach the loss. Their gradients count as zero.
+  std::vector<std::string> names;
+  const int64_t unused = impl_->trainable_params - static_cast<int64_t>(impl_->grads_seen.size());
+  for (const ParamGroup& pg : groups_) {
+    for (nn::Parameter* p : pg.params) {
+      if (!impl_->grads_seen.count(p) && names.size() < 8) names.push_back(p->name());
+    }
+  }
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  if (!config_.zero_optimization.ignore_unused_parameters) {
+    ZR_THROW(InvalidArgument, "{} trainable parameter(s) got no gradient in this backward (zero_optimization."
+             "ignore_unused_parameters is false): {}{}. Make every trainable parameter contribute to the loss, "
+             "freeze the unused ones (requires_grad false), or set ignore_unused_parameters to true", unused,
+             list, unused > static_cast<int64_t>(names.size()) ? ", ..." : "");
+  }
+  if (!impl_->unused_reported && rank() == 0) {
+    ZR_INFO("{} trainable parameter(s) got no gradient in a backward and count as zero (ignore_unused_parameters): "
+            "{}{}", unused, list, unused > static_cast<int64_t>(names.size()) ? ", ..." : "");
+  }
+  impl_->unused_reported = true;
 }
 
 void Engine::ZeroGrad() {

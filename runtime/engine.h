@@ -153,6 +153,7 @@ class Engine {
   void LogProgress();
   StepResult BoundaryStep();
   bool CheckOverflow(std::vector<std::string>* bad_params);
+  void CheckUnusedParameters();  // after a backward that left trainable parameters without gradients
 
   nn::LossModule& model_;
   Config config_;

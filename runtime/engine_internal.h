@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct Engine::Impl {
   std::unordered_map<const nn::Module*, int> module_id;
   std::vector<Tensor> full_grads;
   Tensor frozen_shards;                    // stage 3: this rank's shards of the frozen parameters
+  // ignore_unused_parameters: the trainable parameters whose gradients were reported final in this
+  // backward (the others got none), how many there are, and whether the first miss was logged.
+  std::unordered_set<nn::Parameter*> grads_seen;
+  int64_t trainable_params = 0;
+  bool unused_reported = false;
   double last_print_time = 0;              // progress-line throughput
   int64_t last_print_samples = 0;
   int64_t tokens_per_sample = 0;           // numel / rows of the last inputs (B, T) → T

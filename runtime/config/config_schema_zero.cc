@@ -90,7 +90,7 @@ void VisitZero(ConfigVisitor& v, ZeroConfig& z) {
   v.Bool({.key = "allgather_sequential", .doc = "stage 3: gather one param at a time (prefetch 1)",
           .alias = "stage3_allgather_sequential"},
          z.allgather_sequential);
-  v.Bool({.key = "ignore_unused_parameters", .doc = "stage 3: tolerate params without gradients"},
+  v.Bool({.key = "ignore_unused_parameters", .doc = "params without gradients count as zero (false: error naming them)"},
          z.ignore_unused_parameters);
   v.Bool({.key = "legacy_stage1", .doc = "removed in DeepSpeed 0.5.9; true is refused"}, z.legacy_stage1);
   v.Bool({.key = "round_robin_gradients", .doc = "stage 1/2: round-robin gradient placement"},

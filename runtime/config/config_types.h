@@ -233,7 +233,7 @@ struct ZeroConfig {
   int64_t module_granularity_threshold = 0;         // stage 3 (not implemented: warning)
   bool use_all_reduce_for_fetch_params = false;     // stage 3 (not implemented: warning)
   bool allgather_sequential = false;                // stage 3: one param at a time (prefetch 1)
-  bool ignore_unused_parameters = true;             // stage 3: tolerate params without gradients
+  bool ignore_unused_parameters = true;             // every stage: params without gradients count as zero (false: error)
   bool legacy_stage1 = false;                       // refused when true
   bool round_robin_gradients = false;               // stage 1/2: round-robin gradient placement
   int64_t zero_hpz_partition_size = 1;              // ZeRO++ (not implemented: warning)
