@@ -115,6 +115,8 @@ void ParamCoordinator::BeginPass() {
 void ParamCoordinator::Enter(int module, const std::vector<int>& param_ids) {
   if (!recording_) {
     if (cursor_ < trace_.size() && trace_[cursor_].module == module) {
+      // What this module needs now leaves before what is fetched ahead of it.
+      for (int id : param_ids) Submit(id);
       PrefetchFrom(++cursor_);
       return;
     }
@@ -127,9 +129,14 @@ void ParamCoordinator::Enter(int module, const std::vector<int>& param_ids) {
 }
 
 void ParamCoordinator::PrefetchFrom(size_t position) {
-  int64_t ahead = 0;  // elements gathered for upcoming modules and not yet used
-  for (const Slot& s : slots_) {
-    if (s.prefetched) ahead += s.shard_numel * comm_.size();
+  // Elements gathered for upcoming modules and not yet used. The module being entered (position - 1)
+  // is not upcoming: its parameters, prefetched earlier, are about to be acquired.
+  const std::vector<int>& current = trace_[position - 1].params;
+  int64_t ahead = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].prefetched && std::find(current.begin(), current.end(), static_cast<int>(i)) == current.end()) {
+      ahead += slots_[i].shard_numel * comm_.size();
+    }
   }
   for (size_t k = position; k < trace_.size() && ahead < opt_.prefetch_numel; ++k) {
     for (int id : trace_[k].params) {

@@ -6,8 +6,9 @@
 // Parameters are identified by dense ids. It knows nothing of modules' types: the engine reports
 // "module M is entering its forward/backward with parameters P..." (Enter) and the coordinator keeps
 // the trace of those calls; from the second pass on, entering trace position k submits the gathers of
-// the parameters of positions k+1, k+2, ... until `prefetch_numel` elements are in flight or resident
-// without a user, bounded by `max_live_numel` elements resident in total. A pass that departs from the
+// position k's own parameters, then those of positions k+1, k+2, ... until `prefetch_numel` elements
+// gathered for later positions are in flight or resident without a user (position k's own do not
+// count), bounded by `max_live_numel` elements resident in total. A pass that departs from the
 // trace (a different module, e.g. data-dependent control flow) drops the rest of the trace and
 // re-records. Parameters with at most `persistence_threshold` elements stay resident (DeepSpeed's
 // param_persistence_threshold); RefreshPersistent re-gathers them after the optimizer updated shards.
