@@ -260,6 +260,10 @@ void ParamCoordinator::SubmitBucket() {
   }
   pending_buckets_.push_back(std::move(b));
   open_bucket_ = GradBucket();
+  if (opt_.synchronous_grads) {
+    AccumulateBucket(pending_buckets_.back());
+    pending_buckets_.pop_back();
+  }
 }
 
 void ParamCoordinator::FinishGrads() {

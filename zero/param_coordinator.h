@@ -55,6 +55,9 @@ struct Stage3Options {
   bool average = true;
   bool prescale = false;
   double predivide = 1.0;
+  // A full gradient bucket's reduce-scatter is waited for (and added into the shards) at once, on the
+  // backward thread, instead of travelling while backward goes on (overlap_comm: false).
+  bool synchronous_grads = false;
 };
 
 class ParamCoordinator {

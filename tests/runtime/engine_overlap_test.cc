@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "zerorun/comm/local/local_comm.h"
@@ -272,6 +273,74 @@ TEST_CASE("stage 3: L3's gathers are submitted before the probe's forward when p
           CHECK(std::count(between.begin(), between.end(), gathered(1)[0]) == (prefetch && step > 0 ? 1 : 0));
         }
       });
+    }
+  }
+}
+
+// "overlap_comm": false written in the config: each bucket's reduction is waited for when the bucket
+// becomes ready, on the backward thread (DeepSpeed without overlap). When the probe's backward runs,
+// the reductions of L4's and L3's buckets have therefore completed, not just been submitted (Stats
+// counts ops at completion). The arithmetic is the same, so the parameters match the default
+// (overlapped) run bit for bit.
+TEST_CASE("overlap_comm false: buckets are reduced synchronously as they fill; same parameters as overlapped") {
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (int world : {2, 3}) {
+      CAPTURE(stage);
+      CAPTURE(world);
+      const std::vector<int64_t> dims = stage == 3 ? std::vector<int64_t>{4, 6, 8, 10, 3}
+                                                   : std::vector<int64_t>{8, 8, 8, 8, 8};
+      // Reductions of L4's and L3's buckets (see the cases above): stage 0 one all-reduce per 64-element
+      // layer; stages 1/2 one reduce per partition piece of [128, 256) (partition P = ceil(256 / 2W)·2);
+      // stage 3 two reduce-scatters (L4 alone, then L3's weight).
+      const int64_t part = (256 + 2 * world - 1) / (2 * world) * 2;
+      int64_t expect = 2;
+      if (stage == 1 || stage == 2) {
+        expect = 0;
+        for (int64_t k : {2, 3}) {
+          for (int64_t r = 0; r < world; ++r) expect += std::min((k + 1) * 64, (r + 1) * part) > std::max(k * 64, r * part);
+        }
+      }
+      const int64_t l4 = Padded(30, world) + Padded(3, world);
+      std::string zero = stage == 3 ? Format(R"(, "stage3_param_persistence_threshold": 0, "reduce_bucket_size": {})", l4)
+                                    : std::string(R"(, "reduce_bucket_size": 64)");
+      std::vector<std::vector<float>> params[2];
+      for (int explicit_off = 0; explicit_off <= 1; ++explicit_off) {
+        CAPTURE(explicit_off);
+        params[explicit_off].resize(static_cast<size_t>(world));
+        const std::string z = zero + (explicit_off ? R"(, "overlap_comm": false)" : "");
+        comm::RunLocalRanks(world, [&](comm::Communicator& c) {
+          Chain model(dims, c, /*bias=*/stage == 3);
+          model.Initialize(11);
+          runtime::Engine engine(model, ChainConfig(world, stage, 1, z), c);
+          for (int step = 0; step < 3; ++step) {
+            engine.Forward(Inputs(dims[0], c.rank(), step), Tensor());
+            engine.Backward();
+            engine.Step();
+            const Look& b = model.backward_begin[static_cast<size_t>(step)];
+            const Look& p = model.probe->backward[static_cast<size_t>(step)];
+            const int64_t done = stage == 0   ? p.done_allreduce - b.done_allreduce
+                                 : stage == 3 ? p.done_reduce_scatter - b.done_reduce_scatter
+                                              : p.done_reduce - b.done_reduce;
+            if (explicit_off) {
+              CHECK(done == expect);
+              CHECK(static_cast<int64_t>(p.seq - b.seq) >= expect);
+            }
+          }
+          std::vector<float> flat;
+          for (const Tensor& t : engine.GatherParameters()) {
+            std::vector<float> v = t.ToVector();
+            flat.insert(flat.end(), v.begin(), v.end());
+          }
+          params[explicit_off][static_cast<size_t>(c.rank())] = flat;
+        });
+      }
+      for (int r = 0; r < world; ++r) {
+        const auto& a = params[0][static_cast<size_t>(r)];
+        const auto& b = params[1][static_cast<size_t>(r)];
+        REQUIRE(a.size() == b.size());
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+      }
+      CHECK(params[1][0] == params[1][world - 1]);  // every rank holds the same parameters
     }
   }
 }
