@@ -72,11 +72,7 @@ BucketRun RunWithBucket(int stage, int world, DType dtype, int64_t bucket, const
       after.push_back(m.Current(MemCategory::kBuckets));
     }
     comm::CommStats st = c.Stats();
-    std::vector<float> flat;
-    for (const Tensor& t : engine.GatherParameters()) {
-      std::vector<float> v = t.ToVector();
-      flat.insert(flat.end(), v.begin(), v.end());
-    }
+    std::vector<float> flat = FlatParameters(engine);
     std::lock_guard<std::mutex> lock(mu);
     out.params[static_cast<size_t>(c.rank())] = flat;
     out.gather_bytes_sent += st[comm::OpType::kAllGather].bytes_sent;

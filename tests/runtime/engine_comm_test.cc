@@ -103,10 +103,7 @@ TEST_CASE("engine traffic: stage 3 keeps parameters reused within max_reuse_dist
       s.micro = 2;
       s.zero_json = reuse ? R"(, "stage3_param_persistence_threshold": 0)"
                           : R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0)";
-      runtime::LoadOptions lo;
-      lo.world_size = 2;
-      lo.log_warnings = false;
-      runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+      runtime::Config cfg = LoadSpecConfig(s);
       gpt::Gpt model(TinyGpt(DType::kF32));
       model.Initialize(3);
       runtime::Engine engine(model, cfg, c);

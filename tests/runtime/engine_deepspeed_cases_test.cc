@@ -96,10 +96,7 @@ TEST_CASE("DeepSpeed case 31: optimizer step counts equal global_steps at every 
       s.stage = stage;
       s.micro = 2;
       s.gas = 2;
-      runtime::LoadOptions lo;
-      lo.world_size = 2;
-      lo.log_warnings = false;
-      runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+      runtime::Config cfg = LoadSpecConfig(s);
       gpt::Gpt model(TinyGpt(DType::kF32));
       model.Initialize(1);
       runtime::Engine engine(model, cfg, c);
@@ -130,10 +127,7 @@ TEST_CASE("DeepSpeed case 33: frozen weights are excluded from partitions and st
       s.world = 2;
       s.stage = stage;
       s.micro = 4;
-      runtime::LoadOptions lo;
-      lo.world_size = 2;
-      lo.log_warnings = false;
-      runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+      runtime::Config cfg = LoadSpecConfig(s);
       gpt::Gpt model(TinyGpt(DType::kF32));
       model.Initialize(1);
       nn::Parameter* wpe = model.FindParameter("wpe.weight");

@@ -28,10 +28,7 @@ TEST_CASE("engine memory: model states match 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N up to 
         s.micro = 2;
         s.dtype = DType::kBF16;
         s.zero_json = R"(, "stage3_param_persistence_threshold": 0)";  // nothing stays resident
-        runtime::LoadOptions lo;
-        lo.world_size = world;
-        lo.log_warnings = false;
-        runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+        runtime::Config cfg = LoadSpecConfig(s);
         gpt::Gpt model(TinyGpt(DType::kBF16));
         model.Initialize(3);
         runtime::Engine engine(model, cfg, c);

@@ -50,11 +50,7 @@ BucketRun RunWithBucket(int world, DType dtype, int64_t bucket, int steps) {
       engine.Step();
     }
     comm::CommStats st = c.Stats();
-    std::vector<float> flat;
-    for (const Tensor& t : engine.GatherParameters()) {
-      std::vector<float> v = t.ToVector();
-      flat.insert(flat.end(), v.begin(), v.end());
-    }
+    std::vector<float> flat = FlatParameters(engine);
     std::lock_guard<std::mutex> lock(mu);
     out.params[static_cast<size_t>(c.rank())] = std::move(flat);
     if (c.rank() == 0) {
@@ -108,10 +104,7 @@ TEST_CASE("stage 3: frozen parameters are sharded, gathered for their windows, a
     s.stage = 3;
     s.micro = 4;
     s.zero_json = R"(, "stage3_param_persistence_threshold": 0)";
-    runtime::LoadOptions lo;
-    lo.world_size = world;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(DType::kF32));
     model.Initialize(1);
     nn::Parameter* wpe = model.FindParameter("wpe.weight");

@@ -192,10 +192,7 @@ TEST_CASE("engine: stage 3 built from recipes never materialises the full model 
         s.micro = 6 / world;
         s.dtype = DType::kBF16;
         s.zero_json = R"(, "stage3_param_persistence_threshold": 0)";
-        runtime::LoadOptions lo;
-        lo.world_size = world;
-        lo.log_warnings = false;
-        runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+        runtime::Config cfg = LoadSpecConfig(s);
         MemoryAccount before("model");
         gpt::Gpt model(TinyGpt(DType::kBF16));
         runtime::EngineOptions eo;
@@ -241,10 +238,7 @@ TEST_CASE("engine: with enable_sanity_checks a stage-3 gather on some ranks only
     s.stage = 3;
     s.micro = 2;
     s.zero_json = R"(, "stage3_param_persistence_threshold": 0, "enable_sanity_checks": true)";
-    runtime::LoadOptions lo;
-    lo.world_size = 2;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(DType::kF32));
     runtime::EngineOptions eo;
     eo.init_seed = 5;

@@ -89,6 +89,25 @@ inline std::string ConfigJson(const RunSpec& s) {
                 s.micro, s.gas, prec, s.stage, s.zero_json, s.extra_json);
 }
 
+// The config of `s`, loaded for s.world ranks without printing warnings.
+inline runtime::Config LoadSpecConfig(const RunSpec& s) {
+  runtime::LoadOptions lo;
+  lo.world_size = s.world;
+  lo.log_warnings = false;
+  return runtime::LoadConfigString(ConfigJson(s), lo);
+}
+
+// Every parameter's full value (model().Parameters() order) concatenated as fp32. At stage 3 this is
+// a collective: every rank must call it.
+inline std::vector<float> FlatParameters(runtime::Engine& engine) {
+  std::vector<float> flat;
+  for (const Tensor& t : engine.GatherParameters()) {
+    std::vector<float> v = t.ToVector();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  return flat;
+}
+
 // Trains a TinyGpt per RunSpec on the local backend and collects what every rank saw.
 inline RunResult Train(const RunSpec& s) {
   RunResult out;
@@ -96,10 +115,7 @@ inline RunResult Train(const RunSpec& s) {
   std::vector<std::vector<double>> rank_losses(static_cast<size_t>(s.world));
   std::mutex mu;
   comm::RunLocalRanks(s.world, [&](comm::Communicator& comm) {
-    runtime::LoadOptions lo;
-    lo.world_size = s.world;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::GptConfig gc = TinyGpt(s.dtype);
     gpt::Gpt model(gc);
     model.Initialize(s.seed);
@@ -117,11 +133,7 @@ inline RunResult Train(const RunSpec& s) {
       losses.push_back(sum / static_cast<double>(s.gas));
       scales.push_back(engine.loss_scale());
     }
-    std::vector<float> flat;
-    for (const Tensor& t : engine.GatherParameters()) {
-      std::vector<float> v = t.ToVector();
-      flat.insert(flat.end(), v.begin(), v.end());
-    }
+    std::vector<float> flat = FlatParameters(engine);
     std::lock_guard<std::mutex> lock(mu);
     rank_losses[static_cast<size_t>(comm.rank())] = losses;
     out.final_params[static_cast<size_t>(comm.rank())] = flat;

@@ -81,10 +81,7 @@ std::vector<Measured> Run(const Case& k) {
     s.dtype = k.dtype;
     s.zero_json = k.zero_json;
     s.extra_json = k.extra_json;
-    runtime::LoadOptions lo;
-    lo.world_size = k.world;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(k.dtype));
     model.Initialize(3);
     runtime::Engine engine(model, cfg, c);

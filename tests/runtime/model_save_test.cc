@@ -305,10 +305,7 @@ TEST_CASE("Save16BitModel: stages 0-3 x worlds 1 and 3, saved mid-window: the fi
       s.zero_json = R"(, "stage3_gather_16bit_weights_on_model_save": true, "stage3_param_persistence_threshold": 20,
                         "enable_sanity_checks": true)";
       comm::RunLocalRanks(c.world, [&](comm::Communicator& comm) {
-        runtime::LoadOptions lo;
-        lo.world_size = c.world;
-        lo.log_warnings = false;
-        runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+        runtime::Config cfg = LoadSpecConfig(s);
         gpt::GptConfig gc = TinyGpt(c.dtype);
         gpt::Gpt model(gc);
         runtime::EngineOptions eo;
@@ -370,10 +367,7 @@ TEST_CASE("Save16BitModel: stage 3 without stage3_gather_16bit_weights_on_model_
     s.world = 2;
     s.stage = 3;
     s.micro = 2;
-    runtime::LoadOptions lo;
-    lo.world_size = 2;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(DType::kF32));
     runtime::EngineOptions eo;
     eo.init_seed = 3;
@@ -400,10 +394,7 @@ TEST_CASE("Save16BitModel: exclude_frozen_parameters leaves frozen ones out; str
       s.stage = stage;
       s.micro = 2;
       s.zero_json = R"(, "stage3_gather_16bit_weights_on_model_save": true)";
-      runtime::LoadOptions lo;
-      lo.world_size = 2;
-      lo.log_warnings = false;
-      runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+      runtime::Config cfg = LoadSpecConfig(s);
       gpt::Gpt model(TinyGpt(DType::kF32));
       model.Initialize(4);
       model.FindParameter("wpe.weight")->set_requires_grad(false);
@@ -485,10 +476,7 @@ TEST_CASE("Save16BitModel: a failed save throws IoError on every rank, keeps the
     s.micro = 2;
     s.dtype = DType::kBF16;
     s.zero_json = R"(, "stage3_gather_16bit_weights_on_model_save": true, "stage3_param_persistence_threshold": 0)";
-    runtime::LoadOptions lo;
-    lo.world_size = 3;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(ConfigJson(s), lo);
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(DType::kBF16));
     runtime::EngineOptions eo;
     eo.init_seed = 8;
