@@ -66,7 +66,15 @@ std::string SummaryToJson(const TrainSummary& s) {
     w.Key("calls"); w.Int64(b.calls);
     w.Key("bytes_sent"); w.Int64(b.bytes_sent);
     w.Key("bytes_received"); w.Int64(b.bytes_received);
+    w.Key("seconds"); num(b.seconds);
     w.EndObject();
+  }
+  w.EndObject();
+  w.Key("timers_ms");
+  w.StartObject();
+  for (const auto& [name, ms] : s.timers_ms) {
+    w.Key(name.c_str());
+    num(ms);
   }
   w.EndObject();
   w.EndObject();

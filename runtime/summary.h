@@ -16,6 +16,7 @@ struct CollectiveBytes {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  double seconds = 0;  // time this rank's communicator spent executing these calls (OpStats::total_time_s)
 };
 
 struct TrainSummary {
@@ -41,10 +42,16 @@ struct TrainSummary {
   int64_t parameters = 0;               // model parameters (unique; tied counted once)
   MemoryAccount::Snapshot memory;       // by category; peak_total
   std::map<std::string, CollectiveBytes> comm_bytes;  // by collective name (all_reduce, ...)
+  // The engine's timers, total milliseconds over the run: forward, backward, backward_allreduce (waiting
+  // for gradient reductions after backward), step, allgather (waiting for parameter gathers after the
+  // update), and any others it keeps.
+  std::map<std::string, double> timers_ms;
 };
 
 // Serialises the summary (pretty JSON). Memory is written as
-// "memory_bytes": {"params": {"current": .., "peak": ..}, ..., "peak_total": .., "current_total": ..}.
+// "memory_bytes": {"params": {"current": .., "peak": ..}, ..., "peak_total": .., "current_total": ..};
+// collectives as "comm_bytes": {"all_gather": {"calls", "bytes_sent", "bytes_received", "seconds"}, ...};
+// timers as "timers_ms": {"forward": .., ...}.
 std::string SummaryToJson(const TrainSummary& s);
 // Writes it to `path` atomically (temp file + rename). Throws IoError naming the path.
 void WriteSummaryJson(const TrainSummary& s, const std::string& path);

@@ -292,8 +292,11 @@ int Run(const Args& args) {
     const auto& s = stats.by_op[static_cast<size_t>(op)];
     if (s.calls == 0) continue;
     summary.comm_bytes[zr::comm::OpTypeName(static_cast<zr::comm::OpType>(op))] = {s.calls, s.bytes_sent,
-                                                                                  s.bytes_received};
+                                                                                  s.bytes_received, s.total_time_s};
   }
+  // The engine's timers (totals; with wall_clock_breakdown rank 0 resets them at each breakdown line).
+  for (const char* t : {"forward", "backward", "backward_allreduce", "step", "allgather"}) summary.timers_ms[t] = 0;
+  for (const auto& [name, e] : engine.timers().All()) summary.timers_ms[name] = e.total_ms;
   if (rank == 0) {
     std::printf("done: %lld steps (%lld skipped) in %.1f s, final loss %.4f%s, %.0f tokens/s per rank\n",
                 static_cast<long long>(summary.steps), static_cast<long long>(summary.skipped_steps), seconds,

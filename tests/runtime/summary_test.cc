@@ -34,13 +34,14 @@ TEST_CASE("summary JSON carries every contract key") {
   s.parameters = 1000;
   s.memory.current[static_cast<size_t>(zerorun::MemCategory::kParams)] = 2000;
   s.memory.peak_total = 9000;
-  s.comm_bytes["all_reduce"] = {3, 6000, 6000};
+  s.comm_bytes["all_reduce"] = {3, 6000, 6000, 0.25};
+  s.timers_ms["backward_allreduce"] = 12.5;
   rapidjson::Document d;
   std::string json = SummaryToJson(s);
   REQUIRE_FALSE(d.Parse(json.c_str()).HasParseError());
   for (const char* key : {"rank", "world_size", "zero_stage", "dtype", "steps", "skipped_steps", "global_samples",
                           "losses", "final_loss", "loss_scale", "lr", "tokens_per_second", "parameters",
-                          "memory_bytes", "comm_bytes"}) {
+                          "memory_bytes", "comm_bytes", "timers_ms"}) {
     CHECK_MESSAGE(d.HasMember(key), key);
   }
   CHECK(d["rank"].GetInt() == 1);
@@ -52,6 +53,8 @@ TEST_CASE("summary JSON carries every contract key") {
   CHECK(d["memory_bytes"]["peak_total"].GetInt64() == 9000);
   CHECK(d["memory_bytes"].HasMember("nvme"));
   CHECK(d["comm_bytes"]["all_reduce"]["bytes_sent"].GetInt64() == 6000);
+  CHECK(d["comm_bytes"]["all_reduce"]["seconds"].GetDouble() == 0.25);
+  CHECK(d["timers_ms"]["backward_allreduce"].GetDouble() == 12.5);
 }
 
 TEST_CASE("summary file is written whole and {rank} expands") {

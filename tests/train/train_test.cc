@@ -172,6 +172,9 @@ TEST_CASE("zerorun-train under the launcher: 2 ranks x micro 4 over UCX equal 1 
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-4 * std::fabs(a[i]));
   CHECK(r0["comm_bytes"]["reduce"]["bytes_sent"].GetInt64() > 0);
+  CHECK(r0["comm_bytes"]["reduce"]["seconds"].GetDouble() > 0);
+  for (const char* t : {"forward", "backward", "step"}) CHECK_MESSAGE(r0["timers_ms"][t].GetDouble() > 0, t);
+  CHECK(r0["timers_ms"]["allgather"].GetDouble() >= 0);
   fs::remove_all(d);
 }
 
