@@ -312,9 +312,13 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   model_.Train();
   impl_->reducing = zero_stage() >= 2 || IsGradientAccumulationBoundary();
   impl_->grads_seen.clear();
-  if (impl_->coord) impl_->coord->BeginPass();
+  if (impl_->coord) {
+    impl_->coord->BeginPass();
+    impl_->coord->TakeWaitMs();  // waits outside forward/backward (GatherParameters) are not counted
+  }
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
   last_loss_ = model_.ForwardLoss(inputs, targets);
+  if (impl_->coord) timers_.Add("gather_wait", impl_->coord->TakeWaitMs());  // stage 3: inside "forward"
   forward_pending_ = true;
   return last_loss_;
 }
@@ -327,7 +331,12 @@ void Engine::Backward() {
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
   try {
     model_.BackwardLoss(static_cast<float>(impl_->scaler.scale() / gas));
+    // overlap_comm false: the time backward spent reducing buckets synchronously (inside "backward").
+    double reduce_wait_ms = impl_->coord ? impl_->coord->TakeReduceWaitMs() : 0.0;
+    for (auto& g : impl_->groups) reduce_wait_ms += g.reducer ? g.reducer->TakeSyncWaitMs() : 0.0;
+    timers_.Add("reduce_wait", reduce_wait_ms);
     if (zero_stage() == 3) {
+      timers_.Add("gather_wait", impl_->coord->TakeWaitMs());  // inside "backward"
       ScopedTimer reduce_timer(timers_, "backward_allreduce");
       impl_->coord->FinishGrads();
     } else if (zero_stage() == 2) {

@@ -137,6 +137,10 @@ class Engine {
   int64_t num_parameters() const { return num_parameters_; }
   // Bytes this engine (and the model driven through it) holds, by category.
   MemoryAccount& memory() { return account_; }
+  // Milliseconds by name: forward, backward, backward_allreduce (waiting for gradient reductions after
+  // backward), step, allgather (waiting for parameter gathers after the update), reduce_wait (the part
+  // of backward spent reducing gradient buckets synchronously: "overlap_comm": false); stage 3 also
+  // gather_wait (the part of forward and backward spent blocked on parameter gathers).
   Timers& timers() { return timers_; }
   nn::LossModule& model() { return model_; }
 

@@ -295,7 +295,9 @@ int Run(const Args& args) {
                                                                                   s.bytes_received, s.total_time_s};
   }
   // The engine's timers (totals; with wall_clock_breakdown rank 0 resets them at each breakdown line).
-  for (const char* t : {"forward", "backward", "backward_allreduce", "step", "allgather"}) summary.timers_ms[t] = 0;
+  for (const char* t : {"forward", "backward", "backward_allreduce", "step", "allgather", "reduce_wait"}) {
+    summary.timers_ms[t] = 0;
+  }
   for (const auto& [name, e] : engine.timers().All()) summary.timers_ms[name] = e.total_ms;
   if (rank == 0) {
     std::printf("done: %lld steps (%lld skipped) in %.1f s, final loss %.4f%s, %.0f tokens/s per rank\n",

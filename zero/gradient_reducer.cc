@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "zerorun/core/error.h"
+#include "zerorun/core/timer.h"
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::zero {
@@ -96,7 +97,11 @@ void GradientReducer::MarkReady(int param) {
   ZR_CHECK(!b.submitted, "parameter {} marked ready twice in one backward", param);
   if (++b.params_ready == b.params_total && opt_.overlap) {
     Submit(b);
-    if (opt_.synchronous) Complete(b);
+    if (opt_.synchronous) {
+      Stopwatch watch;
+      Complete(b);
+      sync_wait_ms_ += watch.ElapsedMs();
+    }
   }
   CompleteFinished();
 }

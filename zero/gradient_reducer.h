@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "zerorun/comm/communicator.h"
@@ -86,6 +87,8 @@ class GradientReducer {
   const std::vector<Range>& buckets() const { return buckets_; }
   // Transient bucket bytes currently held (kScatter), for accounting tests.
   int64_t live_bucket_bytes() const { return live_bucket_bytes_; }
+  // synchronous: milliseconds MarkReady spent reducing and waiting since the last call; resets it.
+  double TakeSyncWaitMs() { return std::exchange(sync_wait_ms_, 0.0); }
 
  private:
   struct Bucket;
@@ -104,6 +107,7 @@ class GradientReducer {
   std::vector<std::unique_ptr<Bucket>> state_;
   std::vector<int> bucket_of_param_;  // input param index -> bucket index (-1: empty parameter)
   int64_t live_bucket_bytes_ = 0;
+  double sync_wait_ms_ = 0;
 };
 
 }  // namespace zerorun::zero

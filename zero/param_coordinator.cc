@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "zerorun/core/error.h"
+#include "zerorun/core/timer.h"
 #include "zerorun/kernels/ops.h"
 #include "zerorun/zero/gradient_reducer.h"
 #include "zerorun/zero/partition.h"
@@ -94,7 +95,9 @@ void ParamCoordinator::Submit(int id) {
 
 void ParamCoordinator::Wait(Slot& s) {
   if (s.state != State::kInFlight) return;
+  Stopwatch watch;
   s.work.Wait();
+  wait_ms_ += watch.ElapsedMs();
   s.state = State::kResident;
 }
 
@@ -261,8 +264,10 @@ void ParamCoordinator::SubmitBucket() {
   pending_buckets_.push_back(std::move(b));
   open_bucket_ = GradBucket();
   if (opt_.synchronous_grads) {
+    Stopwatch watch;
     AccumulateBucket(pending_buckets_.back());
     pending_buckets_.pop_back();
+    reduce_wait_ms_ += watch.ElapsedMs();
   }
 }
 

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerorun/comm/communicator.h"
@@ -108,6 +109,12 @@ class ParamCoordinator {
   int64_t prefetch_hits() const { return prefetch_hits_; }
   // Gradient reduce-scatters submitted so far (one per bucket on more than one rank).
   int64_t grad_reductions() const { return grad_reductions_; }
+  // Milliseconds spent blocked on parameter gathers since the last call (gathers not hidden behind
+  // computation); resets the count.
+  double TakeWaitMs() { return std::exchange(wait_ms_, 0.0); }
+  // synchronous_grads: milliseconds spent waiting for gradient reduce-scatters as buckets filled
+  // (not at FinishGrads) since the last call; resets it.
+  double TakeReduceWaitMs() { return std::exchange(reduce_wait_ms_, 0.0); }
 
  private:
   enum class State { kReleased, kInFlight, kResident };
@@ -138,6 +145,8 @@ class ParamCoordinator {
   int64_t gathers_ = 0;
   int64_t prefetch_hits_ = 0;
   int64_t grad_reductions_ = 0;
+  double wait_ms_ = 0;
+  double reduce_wait_ms_ = 0;
   struct GradBucket {
     std::vector<int> ids;
     std::vector<Tensor> fulls;    // until packed: the full gradients handed over

@@ -8,6 +8,11 @@
 # with the per-rank JSON summaries as the source. Ranks beyond the core count cannot be bound (the
 # launcher refuses): they run unbound with one thread each and the output says they are oversubscribed
 # (memory and bytes do not depend on speed; step times then do not mean much).
+# Overlap of communication with computation: per run, the time collectives took (comm_bytes.*.seconds)
+# beside the time the engine waited for them (timers backward_allreduce + allgather, + gather_wait at
+# stage 3); and at 2 ranks with a reduce_bucket_size of 2^19 (the model is several buckets; DeepSpeed's
+# default 5e8 makes it one, which nothing can overlap) stage 2 with "overlap_comm": false vs default and
+# stage 3 with stage3_prefetch_bucket_size 0 vs default.
 #   bench/zero/run.sh [build-dir] [steps] [reps]   (needs: ninja -C build zerorun_cli zerorun-train)
 # Step time: median over the steps after the first (from rank 0's per-step progress), median over reps.
 set -euo pipefail
@@ -46,18 +51,30 @@ for stage in 1 2; do
     "$work/stage$stage.json" >"$work/stage${stage}agb.json"
 done
 
+# Overlap on and off at 2 ranks, with several gradient buckets per step.
+rbs=524288
+sed "s/\"stage\": 2,/\"stage\": 2, \"reduce_bucket_size\": $rbs,/" "$work/stage2.json" >"$work/stage2rb.json"
+sed "s/\"stage\": 2,/\"stage\": 2, \"reduce_bucket_size\": $rbs, \"overlap_comm\": false,/" "$work/stage2.json" \
+  >"$work/stage2rbsync.json"
+sed "s/\"stage\": 3,/\"stage\": 3, \"reduce_bucket_size\": $rbs,/" "$work/stage3.json" >"$work/stage3rb.json"
+sed "s/\"stage\": 3,/\"stage\": 3, \"reduce_bucket_size\": $rbs, \"stage3_prefetch_bucket_size\": 0,/" \
+  "$work/stage3.json" >"$work/stage3rbnopf.json"
+osteps=$((steps > 8 ? steps : 8))  # these compare step times: a few more steps
+
 model=(--n_layer 4 --d_model 256 --n_head 4 --seq_len 128 --vocab_size 256)
 for ((r = 1; r <= reps; r++)); do
   for n in 2 4; do
     bind=(--bind_cores_to_rank)
     if ((n > cores)); then bind=(); fi
     stages=(0 1 2 3)
-    if ((n == 2)); then stages+=(1agb 2agb); fi
+    if ((n == 2)); then stages+=(1agb 2agb 2rb 2rbsync 3rb 3rbnopf); fi
     for stage in "${stages[@]}"; do
       tag="n${n}_s${stage}_r${r}"
+      nsteps=$steps
+      if [[ $stage == *rb* ]]; then nsteps=$osteps; fi
       echo "rep $r: $n ranks, stage $stage ..." >&2
       if ! OMP_NUM_THREADS=1 "$launcher" --num_procs "$n" "${bind[@]}" "$train" \
-          --deepspeed_config "$work/stage$stage.json" --steps "$steps" --log_every 1 "${model[@]}" \
+          --deepspeed_config "$work/stage$stage.json" --steps "$nsteps" --log_every 1 "${model[@]}" \
           --summary "$work/${tag}_{rank}.json" >"$work/$tag.log" 2>&1; then
         echo "run.sh: $n ranks, stage $stage failed; its output:" >&2
         tail -30 "$work/$tag.log" >&2
@@ -67,9 +84,10 @@ for ((r = 1; r <= reps; r++)); do
   done
 done
 
-/usr/bin/python3 - "$work" "$steps" "$reps" "$cores" "$agb" <<'PY'
+/usr/bin/python3 - "$work" "$steps" "$reps" "$cores" "$agb" "$osteps" "$rbs" <<'PY'
 import glob, json, re, statistics, sys
 work, steps, reps, cores, agb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+osteps, rbs = int(sys.argv[6]), int(sys.argv[7])
 MiB = 1 << 20
 
 def step_ms(log, tokens):
@@ -161,5 +179,57 @@ for stage in (1, 2):
           f"{c[2] / MiB:>8.2f} | {d[3] / MiB:>10.2f} {c[3] / MiB:>8.2f}")
 print("ratio: chunked / default step time (not asserted); bytes are equal by construction; the chunked peak of "
       "buckets includes 2 staging buffers of 2·B elements")
+
+def overlap(tag, nsteps):
+    # Per step, mean over ranks and reps: collective execution time vs the engine's waits for it.
+    comm, bar, ag, gw, rw, times = [], [], [], [], [], []
+    for r in range(1, reps + 1):
+        ranks = [json.load(open(f)) for f in sorted(glob.glob(f"{work}/{tag}_r{r}_*.json"))]
+        for s in ranks:
+            t = s["timers_ms"]
+            comm.append(1e3 * sum(v["seconds"] for v in s["comm_bytes"].values()) / nsteps)
+            bar.append(t["backward_allreduce"] / nsteps)
+            ag.append(t["allgather"] / nsteps)
+            gw.append(t.get("gather_wait", 0) / nsteps)
+            rw.append(t["reduce_wait"] / nsteps)
+        tokens = ranks[0]["micro_batch"] * ranks[0]["seq_len"] * len(ranks)
+        times.append(step_ms(f"{work}/{tag}_r{r}.log", tokens))
+    m = statistics.mean
+    exposed = m(bar) + m(ag) + m(gw) + m(rw)
+    return dict(comm=m(comm), bar=m(bar), ag=m(ag), gw=m(gw), rw=m(rw), exposed=exposed,
+                hidden=1 - exposed / m(comm) if m(comm) > 0 else float("nan"), ms=statistics.median(times))
+
+print()
+print("Communication vs the part of it the engine waited for (ms per step, mean over ranks; all steps)")
+h = (f"{'N':>2} {'run':>22} | {'comm':>7} | {'bwd_ar':>7} {'allgath':>7} {'r_wait':>7} {'g_wait':>7} {'exposed':>7} | "
+     f"{'hidden':>6} | {'step ms':>7}")
+print(h)
+print("-" * len(h))
+runs = [(n, f"s{st}", f"stage {st}", steps) for n in (2, 4) for st in range(4)]
+runs += [(2, "s2rb", f"stage 2, rbs {rbs}", osteps), (2, "s2rbsync", "  + overlap_comm false", osteps),
+         (2, "s3rb", f"stage 3, rbs {rbs}", osteps), (2, "s3rbnopf", "  + prefetch 0", osteps)]
+res = {}
+for n, key, label, nsteps in runs:
+    o = res[(n, key)] = overlap(f"n{n}_{key}", nsteps)
+    print(f"{n:>2} {label:>22} | {o['comm']:>7.1f} | {o['bar']:>7.1f} {o['ag']:>7.1f} {o['rw']:>7.1f} {o['gw']:>7.1f} {o['exposed']:>7.1f} | "
+          f"{o['hidden']:>6.2f} | {o['ms']:>7.0f}")
+print("comm: Σ over collectives of the communicator's execution time (start of the backend's work to completion, "
+      "incl. waiting for peers); exposed: bwd_ar (waiting for gradient reductions after backward, and stages 0/1's "
+      "boundary reductions) + allgath (waiting for the gathers after the update) + r_wait (overlap_comm false: "
+      "reducing buckets synchronously inside backward) + g_wait (stage 3: blocked on parameter gathers in "
+      "forward/backward); hidden = 1 - exposed/comm. An overlapped op starts when submitted and its time includes "
+      "waiting for the peer to submit it too, and it shares the rank's core with the computation, so comm grows "
+      "with overlap. Default reduce_bucket_size 5e8 is one "
+      "bucket for this model: stages 0-2 cannot overlap it.")
+print()
+print(f"Overlap off vs on at 2 ranks (reduce_bucket_size {rbs}; step ms: median of steps 2..{osteps})")
+h = f"{'stage':>5} {'switch':>28} | {'default':>7} {'off':>7} {'off/def':>7} | {'exposed def':>11} {'off':>7}"
+print(h)
+print("-" * len(h))
+for st, off, label in ((2, "s2rbsync", '"overlap_comm": false'), (3, "s3rbnopf", "stage3_prefetch_bucket_size 0")):
+    d, o = res[(2, f"s{st}rb")], res[(2, off)]
+    print(f"{st:>5} {label:>28} | {d['ms']:>7.0f} {o['ms']:>7.0f} {o['ms'] / d['ms']:>7.3f} | {d['exposed']:>11.1f} "
+          f"{o['exposed']:>7.1f}")
+print("off/def > 1: what overlapping (stage 2) or prefetching (stage 3) saves; not asserted")
 PY
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $cores cores"

@@ -175,6 +175,7 @@ TEST_CASE("zerorun-train under the launcher: 2 ranks x micro 4 over UCX equal 1 
   CHECK(r0["comm_bytes"]["reduce"]["seconds"].GetDouble() > 0);
   for (const char* t : {"forward", "backward", "step"}) CHECK_MESSAGE(r0["timers_ms"][t].GetDouble() > 0, t);
   CHECK(r0["timers_ms"]["allgather"].GetDouble() >= 0);
+  CHECK(r0["timers_ms"]["reduce_wait"].GetDouble() == 0);  // overlapped: nothing reduced synchronously
   fs::remove_all(d);
 }
 
