@@ -232,7 +232,7 @@ void Engine::BuildGroups() {
     // Collectives run on the communicator's own thread, so buckets travel during backward, unless the
     // config says "overlap_comm": false: then each bucket is reduced and waited for when it is ready.
     ro.overlap = true;
-    ro.synchronous = OverlapCommDisabled(config_);
+    ro.synchronous = config_.OverlapCommDisabled();
     if (stage <= 1) {
       // Full gradients accumulate locally over micro-steps. Stage 0 all-reduces them; stage 1 reduces
       // each bucket only to the owners of its elements (reduce-scatter volume), into the owner's

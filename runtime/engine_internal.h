@@ -21,15 +21,6 @@
 
 namespace zerorun::runtime {
 
-// zero_optimization.overlap_comm written as false in the config (not the stage 0-2 default, which is
-// also false): each gradient bucket's reduction then runs synchronously when the bucket is ready, as
-// DeepSpeed does without overlap. Otherwise zerorun overlaps at every stage (same results, only timing).
-inline bool OverlapCommDisabled(const Config& c) {
-  const Provenance* p = c.ProvenanceOf("zero_optimization.overlap_comm");
-  return !c.zero_optimization.overlap_comm.value_or(true) && p != nullptr && p->kind != Provenance::Kind::kDerived &&
-         p->kind != Provenance::Kind::kDefault;
-}
-
 struct Engine::GroupState {
   zero::FlatGroupLayout layout;
   zero::Range own;        // this rank's range of the flat buffer: all of it (stage 0) or its partition

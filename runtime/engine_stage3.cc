@@ -108,7 +108,7 @@ void Engine::BuildGroupsStage3() {
   so.average = config_.gradient_allreduce_op == AllReduceOp::kMean;
   so.prescale = config_.prescale_gradients;
   so.predivide = config_.gradient_predivide_factor;
-  so.synchronous_grads = OverlapCommDisabled(config_);
+  so.synchronous_grads = config_.OverlapCommDisabled();
   impl_->coord = std::make_unique<zero::ParamCoordinator>(std::move(coord_params), *comm_, so);
   std::vector<std::string> names(impl_->param_id.size());
   for (const auto& [p, id] : impl_->param_id) names[static_cast<size_t>(id)] = p->name();

@@ -47,6 +47,12 @@ DType Config::ModelDType() const {
 
 DType Config::GradAccumDType() const { return data_types.grad_accum_dtype.value_or(ModelDType()); }
 
+bool Config::OverlapCommDisabled() const {
+  const Provenance* p = ProvenanceOf("zero_optimization.overlap_comm");
+  return !zero_optimization.overlap_comm.value_or(true) && p != nullptr && p->kind != Provenance::Kind::kDerived &&
+         p->kind != Provenance::Kind::kDefault;
+}
+
 const Provenance* Config::ProvenanceOf(const std::string& path) const {
   auto it = provenance_.find(path);
   if (it != provenance_.end()) return &it->second;

@@ -76,6 +76,9 @@ class Config : public ConfigBody {
   DType GradAccumDType() const;
   // Dtype gradients are reduced in (communication_data_type, resolved).
   DType CommDType() const { return communication_data_type.value_or(ModelDType()); }
+  // zerorun overlaps gradient reduction with backward at every stage unless the user wrote
+  // "overlap_comm": false (DeepSpeed's resolved default false for stages 0-2 does not turn it off).
+  bool OverlapCommDisabled() const;
 
   const std::vector<ConfigIssue>& warnings() const { return warnings_; }
   // Provenance by dotted path (every leaf the schema knows, after resolution).

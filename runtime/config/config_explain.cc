@@ -183,7 +183,13 @@ std::string ExplainConfig(const Config& c) {
                                  "optimizer states + gradients partitioned",
                                  "optimizer states + gradients + parameters partitioned"};
   os << Format("  stage {}: {}\n", stage, kStage[stage & 3]);
-  os << Format("  overlap_comm {}, contiguous_gradients {}, reduce_scatter {}\n", OnOff(z.overlap_comm.value_or(false)),
+  // The engine overlaps unless the file turns it off; DeepSpeed's resolved default (off below stage 3) is
+  // shown as such.
+  const bool overlap_off = c.OverlapCommDisabled();
+  os << Format("  overlap_comm {}{}, contiguous_gradients {}, reduce_scatter {}\n", OnOff(!overlap_off),
+               overlap_off || z.overlap_comm.value_or(false) ? ""
+                                                              : " (DeepSpeed's default here is off; zerorun overlaps "
+                                                                "unless the config sets it to false)",
                OnOff(z.contiguous_gradients), OnOff(z.reduce_scatter));
   os << "  reduce bucket:     " << Bytes(z.reduce_bucket_size, c.CommDType()) << "\n";
   if (stage == 1 || stage == 2) {
