@@ -81,10 +81,27 @@ void ParamCoordinator::CheckSameOnAllRanks(int id) {
            "is some model code, a save or a generate step run on some ranks only? every rank must run it):{}", who);
 }
 
+void ParamCoordinator::CheckSignature(int id) {
+  // Both extremes in one all-reduce: max of the signature and max of its negation (= -min).
+  const int64_t sig = static_cast<int64_t>(id) * 8 + static_cast<int64_t>(purpose_);
+  int64_t v[2] = {sig, -sig};
+  comm_.AllReduce(v, 2, DType::kI64, comm::ReduceOp::kMax).Wait();
+  if (v[0] == sig && -v[1] == sig) return;
+  CheckSameOnAllRanks(id);  // every rank saw the mismatch and joins this exchange, which throws
+  ZR_THROW(CommError, "ZeRO-3: the ranks issued different parameter gathers (signatures {}..{})", -v[1], v[0]);
+}
+
 void ParamCoordinator::Submit(int id) {
   Slot& s = slots_[static_cast<size_t>(id)];
   if (s.state != State::kReleased) return;
-  if (opt_.sanity_checks && comm_.size() > 1) CheckSameOnAllRanks(id);
+  if (comm_.size() > 1) {
+    if (opt_.sanity_checks) {
+      CheckSameOnAllRanks(id);
+    } else if (check_pending_) {
+      CheckSignature(id);
+    }
+  }
+  check_pending_ = false;
   const Tensor& shard = params_[static_cast<size_t>(id)].shard;
   s.full = Tensor::Empty({s.shard_numel * comm_.size()}, shard.dtype(), comm_.device(), MemCategory::kParams);
   s.work = comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype());
@@ -113,6 +130,7 @@ void ParamCoordinator::BeginPass() {
   // A recorded pass becomes the trace the next passes follow.
   recording_ = trace_.empty();
   cursor_ = 0;
+  check_pending_ = true;
 }
 
 void ParamCoordinator::Enter(int module, const std::vector<int>& param_ids) {

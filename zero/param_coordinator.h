@@ -21,8 +21,11 @@
 // asynchronously, while backward goes on (DeepSpeed's reduce_scatter_coalesced of an IPG bucket).
 //
 // Every collective is submitted in the same order on every rank because every rank runs the same
-// module sequence; a rank that does not (rank-conditional model code) makes the others' collective
-// time out, and the communicator's timeout message names the op and the ranks that did not arrive.
+// module sequence. A rank that does not (rank-conditional model code: a save or a generate step on
+// rank 0 only) is caught by the ranks comparing what they gather and why — at the first gather of each
+// pass and after each change of purpose, or before every gather with sanity_checks — and fails at once
+// naming each rank's parameter and purpose; what slips through that (the same gathers for the same
+// purpose) still ends in the communicator's timeout, which names the op and the missing ranks.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,10 @@ struct Stage3Options {
   // to gather and why (one small all-gather), so a collective issued by only some ranks (rank-
   // conditional model code, a save on rank 0 only) fails at once with a CommError naming each rank's
   // parameter and purpose, instead of pairing with an unrelated collective or waiting for the timeout.
+  // Without it the same comparison runs, as one 16-byte all-reduce, only at the first gather of every
+  // pass and after every change of purpose (forward, backward, GatherParameters, save): that catches a
+  // save or gather run on some ranks only while the others train, at a cost of a few tiny collectives
+  // per step.
   bool sanity_checks = false;
   DType comm_dtype = DType::kF32;            // gradient reduce-scatter dtype
   // reduce_bucket_size: padded gradient elements per reduce-scatter (a larger parameter goes alone).
@@ -77,7 +84,11 @@ class ParamCoordinator {
   int num_params() const { return static_cast<int>(params_.size()); }
   // What the following gathers are for (compared across ranks with sanity_checks, and named in errors).
   enum class Purpose : int64_t { kForward = 1, kBackward = 2, kGatherParameters = 3, kInit = 4, kSave = 5 };
-  void set_purpose(Purpose p) { purpose_ = p; }
+  // A change of purpose (and every BeginPass) makes the next gather start with a divergence check.
+  void set_purpose(Purpose p) {
+    if (p != purpose_) check_pending_ = true;
+    purpose_ = p;
+  }
   // Names parameters in error messages (default: "parameter <id>").
   void set_namer(std::function<std::string(int)> namer) { namer_ = std::move(namer); }
   bool persistent(int id) const;
@@ -125,12 +136,16 @@ class ParamCoordinator {
   void PrefetchFrom(size_t position);
   // sanity_checks: every rank must be gathering parameter `id` for the same purpose.
   void CheckSameOnAllRanks(int id);
+  // The light form (see Stage3Options::sanity_checks): one all-reduce of (id, purpose); only on a
+  // mismatch the ranks exchange what each is gathering (CheckSameOnAllRanks) to name it.
+  void CheckSignature(int id);
   // True when `id` is used again within max_reuse_distance fetched elements after the cursor.
   bool ReusedSoon(int id) const;
 
   comm::Communicator& comm_;
   Stage3Options opt_;
   Purpose purpose_ = Purpose::kInit;
+  bool check_pending_ = true;  // the next Submit runs CheckSignature
   std::function<std::string(int)> namer_;
   std::vector<Param> params_;
   std::vector<Slot> slots_;

@@ -227,7 +227,9 @@ TEST_CASE("engine: stage 3 built from recipes never materialises the full model 
 
 TEST_SUITE("unit") {
 
-TEST_CASE("engine: with enable_sanity_checks a stage-3 gather on some ranks only fails at once, naming each rank") {
+TEST_CASE("engine: a stage-3 gather on some ranks only fails at once, naming each rank (with and without sanity checks)") {
+ for (bool sanity : {true, false}) {
+  CAPTURE(sanity);
   std::mutex mu;
   std::vector<std::string> errors(2);
   comm::CommOptions co;
@@ -237,7 +239,8 @@ TEST_CASE("engine: with enable_sanity_checks a stage-3 gather on some ranks only
     s.world = 2;
     s.stage = 3;
     s.micro = 2;
-    s.zero_json = R"(, "stage3_param_persistence_threshold": 0, "enable_sanity_checks": true)";
+    s.zero_json = Format(R"(, "stage3_param_persistence_threshold": 0, "enable_sanity_checks": {})",
+                         sanity ? "true" : "false");
     runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(DType::kF32));
     runtime::EngineOptions eo;
@@ -268,6 +271,7 @@ TEST_CASE("engine: with enable_sanity_checks a stage-3 gather on some ranks only
     CHECK(e.find("for a module's forward") != std::string::npos);
     CHECK(e.find("rank 1 gathers ") != std::string::npos);
   }
+ }
 }
 
 }  // TEST_SUITE
