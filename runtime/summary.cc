@@ -4,6 +4,7 @@
 #include <rapidjson/prettywriter.h>
 #include <rapidjson/stringbuffer.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,45 @@
 #include "zerorun/core/error.h"
 
 namespace zerorun::runtime {
+
+std::string CommReport(const TrainSummary& s, int comm_elem_bytes) {
+  if (s.world_size <= 1 || s.steps <= 0 || s.parameters <= 0) return "communication: none (one rank)";
+  const double steps = static_cast<double>(s.steps);
+  const double n = s.world_size;
+  const double unit = static_cast<double>(s.parameters) * (n - 1) / n * comm_elem_bytes;  // bytes of Ψ(N-1)/N
+  double bytes = 0, seconds = 0;
+  std::string parts;
+  char buf[256];
+  for (const auto& [name, b] : s.comm_bytes) {
+    bytes += static_cast<double>(b.bytes_sent);
+    seconds += b.seconds;
+    if (b.bytes_sent / steps < 0.005 * unit) continue;  // the scalar loss/norm reductions
+    std::snprintf(buf, sizeof buf, "%s%s %.2f", parts.empty() ? "" : ", ", name.c_str(), b.bytes_sent / steps / unit);
+    parts += buf;
+  }
+  auto timer = [&](const char* t) {
+    auto it = s.timers_ms.find(t);
+    return it == s.timers_ms.end() ? 0.0 : it->second;
+  };
+  const double exposed_ms =
+      (timer("backward_allreduce") + timer("allgather") + timer("reduce_wait") + timer("gather_wait")) / steps;
+  const double comm_ms = seconds * 1000.0 / steps;
+  std::string out;
+  std::snprintf(buf, sizeof buf, "communication per step: %.2f MiB sent = %.2fΨ(N-1)/N (ZeRO paper: %s)",
+                bytes / steps / (1024.0 * 1024.0), bytes / steps / unit,
+                s.zero_stage == 3 ? "3Ψ, less when persistent or reused parameters stay gathered" : "2Ψ");
+  out = buf;
+  if (!parts.empty()) out += ": " + parts;
+  std::snprintf(buf, sizeof buf, "\ncollectives ran %.1f ms per step; the engine waited %.1f ms for them", comm_ms,
+                exposed_ms);
+  out += buf;
+  if (comm_ms > 0) {
+    std::snprintf(buf, sizeof buf, " (%.0f%% hidden behind computation)",
+                  100.0 * std::max(0.0, 1.0 - exposed_ms / comm_ms));
+    out += buf;
+  }
+  return out;
+}
 
 std::string SummaryToJson(const TrainSummary& s) {
   rapidjson::StringBuffer buf;

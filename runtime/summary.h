@@ -55,6 +55,11 @@ struct TrainSummary {
 std::string SummaryToJson(const TrainSummary& s);
 // Writes it to `path` atomically (temp file + rename). Throws IoError naming the path.
 void WriteSummaryJson(const TrainSummary& s, const std::string& path);
+// A two-line, human-readable account of this rank's communication per step against the ZeRO paper
+// (2Ψ per step for stages 0-2, 3Ψ for stage 3, in units of Ψ(N-1)/N elements of `comm_elem_bytes`
+// bytes, by collective) and of how much of the collectives' execution time the engine waited for
+// (timers backward_allreduce + allgather + reduce_wait + gather_wait). One rank: says there is none.
+std::string CommReport(const TrainSummary& s, int comm_elem_bytes);
 // `{rank}` in `pattern` replaced by `rank`.
 std::string ExpandRankPattern(const std::string& pattern, int rank);
 

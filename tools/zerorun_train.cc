@@ -306,6 +306,7 @@ int Run(const Args& args) {
                 FloorText(" (entropy floor %.4f)", entropy_floor).c_str(),
                 summary.tokens_per_second);
     std::printf("memory (rank 0): %s\n", engine.memory().Summary().c_str());
+    std::printf("%s\n", zr::runtime::CommReport(summary, static_cast<int>(zr::DTypeSize(cfg.CommDType()))).c_str());
   }
   if (!args.save_16bit_model.empty()) {
     const std::string file = "model.safetensors";

@@ -74,3 +74,33 @@ TEST_CASE("summary file is written whole and {rank} expands") {
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("unit") {
+
+TEST_CASE("CommReport: bytes per step in Ψ(N-1)/N units against the paper, and the exposed share") {
+  TrainSummary s;
+  s.rank = 1;
+  s.world_size = 4;
+  s.zero_stage = 2;
+  s.steps = 5;
+  s.parameters = 1'048'576;  // Ψ(N-1)/N = 786432 elements = 1.5 MiB in bf16
+  // Per step: reduce 1.5 MiB (1 unit), all_gather 1.5 MiB (1 unit), a 16-byte scalar all-reduce.
+  s.comm_bytes["reduce"] = {5, 5 * 1'572'864, 0, 0.200};
+  s.comm_bytes["all_gather"] = {5, 5 * 1'572'864, 0, 0.100};
+  s.comm_bytes["all_reduce"] = {10, 80, 80, 0.050};
+  s.timers_ms = {{"backward_allreduce", 70.0}, {"allgather", 35.0}, {"forward", 1000.0}};
+  std::string r = CommReport(s, 2);
+  INFO(r);
+  // 3 MiB + 16 bytes per step; comm (0.35 s / 5) = 70 ms; waited (70 + 35) / 5 = 21 ms; 1 - 21/70 = 70 %.
+  CHECK(r.find("per step: 3.00 MiB sent = 2.00Ψ(N-1)/N (ZeRO paper: 2Ψ): all_gather 1.00, reduce 1.00") !=
+        std::string::npos);
+  CHECK(r.find("all_reduce") == std::string::npos);
+  CHECK(r.find("collectives ran 70.0 ms per step; the engine waited 21.0 ms for them (70% hidden") !=
+        std::string::npos);
+  s.zero_stage = 3;
+  CHECK(CommReport(s, 2).find("ZeRO paper: 3Ψ") != std::string::npos);
+  s.world_size = 1;
+  CHECK(CommReport(s, 2) == "communication: none (one rank)");
+}
+
+}  // TEST_SUITE
