@@ -43,6 +43,10 @@ for stage in 0 1 2 3; do
 JSON
 done
 
+# Stage 3 with nothing kept gathered between a module's forward and its backward: the paper's 3Ψ
+# (DeepSpeed's default stage3_max_reuse_distance keeps this small model gathered through backward).
+sed "s/\"stage\": 3,/\"stage\": 3, \"stage3_max_reuse_distance\": 0,/" "$work/stage3.json" >"$work/stage3nr.json"
+
 # allgather_bucket_size at stages 1/2: the same run with the parameter gather in chunks of 2^17 elements
 # (pipelined with the optimizer through staging buffers) instead of one gather per group.
 agb=131072
@@ -66,7 +70,7 @@ for ((r = 1; r <= reps; r++)); do
   for n in 2 4; do
     bind=(--bind_cores_to_rank)
     if ((n > cores)); then bind=(); fi
-    stages=(0 1 2 3)
+    stages=(0 1 2 3 3nr)
     if ((n == 2)); then stages+=(1agb 2agb 2rb 2rbsync 3rb 3rbnopf); fi
     for stage in "${stages[@]}"; do
       tag="n${n}_s${stage}_r${r}"
@@ -101,7 +105,8 @@ def step_ms(log, tokens):
 
 rows = []
 for n in (2, 4):
-    for stage in range(4):
+    for stage in (0, 1, 2, 3, "3nr"):
+        base = int(str(stage)[0])
         times, summ = [], None
         for r in range(1, reps + 1):
             tag = f"n{n}_s{stage}_r{r}"
@@ -117,8 +122,8 @@ for n in (2, 4):
         ms = max(sum(cur(s, c) for c in cats) for s in summ)   # model states after a step, worst rank
         sent = statistics.mean(sum(v["bytes_sent"] for v in s["comm_bytes"].values()) for s in summ) / steps
         unit = psi * (n - 1) / n * 2                           # Ψ(N-1)/N bf16 elements, in bytes
-        want_mem = {0: 16 * psi, 1: 4 * psi + 12 * psi / n, 2: 2 * psi + 14 * psi / n, 3: 16 * psi / n}[stage]
-        want_k = {0: 2, 1: 2, 2: 2, 3: 3}[stage]
+        want_mem = {0: 16 * psi, 1: 4 * psi + 12 * psi / n, 2: 2 * psi + 14 * psi / n, 3: 16 * psi / n}[base]
+        want_k = {0: 2, 1: 2, 2: 2, 3: 3}[base]
         rows.append(dict(n=n, stage=stage, ms=statistics.median(times), tps=tokens / (statistics.median(times) / 1e3),
                          cats={c: max(cur(s, c) for s in summ) for c in cats}, ms_total=ms, want_mem=want_mem,
                          buckets=max(peak(s, "buckets") for s in summ), act=max(peak(s, "activations") for s in summ),
@@ -156,6 +161,8 @@ for r in rows:
 print("(scalar all-reduces of the loss and the gradient norm, 28 bytes a step, are in the total; in the breakdown only at stage 0)")
 print("units: Ψ(N-1)/N bf16 elements = 2Ψ(N-1)/N bytes; paper: 2Ψ for stages 0-2 (all-reduce or reduce-scatter + "
       "all-gather), 3Ψ for stage 3 (parameters gathered in forward and backward + gradient reduce-scatter)")
+print("3nr: stage 3 with stage3_max_reuse_distance 0 (every module's parameters gathered again for its backward); "
+      "stage 3 with DeepSpeed's default distance keeps this small model's parameters gathered through backward")
 
 def run_stats(tag):
     times, ranks = [], None
