@@ -2,6 +2,7 @@
 // them first, then read each into its parameter (converting the dtype when it differs).
 #include "zerorun/runtime/model_io.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
