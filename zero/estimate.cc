@@ -169,9 +169,12 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
       const int64_t live = std::min(s.sharded_padded, layer + ahead);
       e.live_params_peak_bytes = p * live;
       // Full gradients (grad dtype): the module in backward plus the open bucket, which is packed once
-      // it reaches reduce_bucket_size; then the packed wire copy and the received block of each bucket
-      // until its reduce-scatter completes (upper bound: every bucket alive).
-      e.buckets_peak_bytes = g * std::min(pad, layer + in.reduce_bucket_numel) + c * pad + c * part;
+      // it reaches reduce_bucket_size (so a bucket holds less than B + the largest tensor ≤ B + L);
+      // then the packed wire copy and the received block of each bucket until its reduce-scatter
+      // completes, at most two buckets at once.
+      const int64_t bucket = in.reduce_bucket_numel + layer;
+      e.buckets_peak_bytes = g * std::min(pad, layer + in.reduce_bucket_numel) + c * std::min(pad, 2 * bucket) +
+                             c * std::min(part, CeilDiv(2 * bucket, n));
       break;
     }
   }

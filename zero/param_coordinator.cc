@@ -249,6 +249,14 @@ void ParamCoordinator::ReduceGrad(int id, Tensor full_grad) {
 void ParamCoordinator::SubmitBucket() {
   GradBucket& b = open_bucket_;
   if (b.ids.empty()) return;
+  // Backpressure, as DeepSpeed double-buffers its buckets: at most kMaxBucketsInFlight packed buckets
+  // travel at once, so gradient buffers stay bounded by reduce_bucket_size rather than by the model when
+  // the network is slower than backward. The oldest is waited for before the next one is packed.
+  CompleteFinishedGrads();
+  while (pending_buckets_.size() >= kMaxBucketsInFlight) {
+    AccumulateBucket(pending_buckets_.front());
+    pending_buckets_.erase(pending_buckets_.begin());
+  }
   const int world = comm_.size();
   const ReduceScaling sc = ScalingFor(opt_.average, opt_.prescale, opt_.predivide, world);
   const size_t esize = DTypeSize(opt_.comm_dtype);

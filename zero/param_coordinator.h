@@ -18,7 +18,8 @@
 // Gradients: ReduceGrad hands over a parameter's full gradient when its backward is done; gradients
 // collect into a bucket until it holds `reduce_bucket_numel` padded elements, then the bucket is packed
 // rank by rank ([rank 0's shard of each parameter | rank 1's ... ]) and leaves as one reduce-scatter,
-// asynchronously, while backward goes on (DeepSpeed's reduce_scatter_coalesced of an IPG bucket).
+// asynchronously, while backward goes on (DeepSpeed's reduce_scatter_coalesced of an IPG bucket). At
+// most two packed buckets travel at once: packing a third waits for the oldest.
 //
 // Every collective is submitted in the same order on every rank because every rank runs the same
 // module sequence. A rank that does not (rank-conditional model code: a save or a generate step on
@@ -171,6 +172,7 @@ class ParamCoordinator {
     Tensor received;              // (shard_numel) comm dtype: this rank's reduced block
     comm::Work work;
   };
+  static constexpr size_t kMaxBucketsInFlight = 2;
   GradBucket open_bucket_;
   std::vector<GradBucket> pending_buckets_;
   void SubmitBucket();

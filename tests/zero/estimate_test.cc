@@ -145,6 +145,9 @@ TEST_CASE("estimate: transient buffers") {
   CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * 4'000 + 2 * 4'000 + 2 * 1'000);
   s.reduce_bucket_numel = 1'500;
   CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 1'500) + 2 * 4'000 + 2 * 1'000);
+  // Small buckets: at most two packed buckets (each under B + L) and their received blocks travel.
+  s.reduce_bucket_numel = 200;
+  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 200) + 2 * (2 * 1'200) + 2 * (2 * 1'200 / 4));
 }
 
 TEST_CASE("estimate: offload moves master and optimizer state (and params) off the device") {
