@@ -231,7 +231,6 @@ void Engine::BuildGroups() {
     ro.predivide = config_.gradient_predivide_factor;
     // Collectives run on the communicator's own thread, so buckets travel during backward, unless the
     // config says "overlap_comm": false: then each bucket is reduced and waited for when it is ready.
-    ro.overlap = true;
     ro.synchronous = config_.OverlapCommDisabled();
     if (stage <= 1) {
       // Full gradients accumulate locally over micro-steps. Stage 0 all-reduces them; stage 1 reduces
@@ -417,19 +416,28 @@ std::vector<std::pair<double, double>> Engine::GetMomentum() const {
   return out;
 }
 
+void Engine::Impl::VisitFullParameters(zero::ParamCoordinator::Purpose purpose,
+                                       const std::vector<nn::Parameter*>& params,
+                                       const std::function<void(nn::Parameter*, const Tensor&)>& fn) {
+  if (coord) coord->set_purpose(purpose);
+  for (nn::Parameter* p : params) {
+    auto it = param_id.find(p);
+    if (it == param_id.end()) {
+      fn(p, p->engine_data());
+      continue;
+    }
+    fn(p, coord->Acquire(it->second).Reshape(p->shape()));
+    coord->Release(it->second);
+  }
+}
+
 std::vector<Tensor> Engine::GatherParameters() {
   ScopedMemoryAccount scope(&account_);
   std::vector<Tensor> out;
-  if (impl_->coord) impl_->coord->set_purpose(zero::ParamCoordinator::Purpose::kGatherParameters);
-  for (nn::Parameter* p : model_.Parameters()) {
-    auto it = impl_->param_id.find(p);
-    if (it == impl_->param_id.end()) {
-      out.push_back(p->engine_data().Clone(MemCategory::kOther));
-      continue;
-    }
-    out.push_back(impl_->coord->Acquire(it->second).Reshape(p->shape()).Clone(MemCategory::kOther));
-    impl_->coord->Release(it->second);
-  }
+  impl_->VisitFullParameters(zero::ParamCoordinator::Purpose::kGatherParameters, model_.Parameters(),
+                             [&](nn::Parameter*, const Tensor& value) {
+                               out.push_back(value.Clone(MemCategory::kOther));
+                             });
   return out;
 }
 

@@ -2,6 +2,7 @@
 // the translation of the typed config into optimizer, scheduler and loss-scaler objects.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -61,6 +62,12 @@ struct Engine::Impl {
   double last_print_time = 0;              // progress-line throughput
   int64_t last_print_samples = 0;
   int64_t tokens_per_sample = 0;           // numel / rows of the last inputs (B, T) → T
+
+  // Calls fn(p, value) for each of `params` in order with its full value: at stage 3 gathered for
+  // `purpose` (a collective: every rank must call it) and released after fn returns; otherwise the
+  // parameter's own data.
+  void VisitFullParameters(zero::ParamCoordinator::Purpose purpose, const std::vector<nn::Parameter*>& params,
+                           const std::function<void(nn::Parameter*, const Tensor&)>& fn);
 };
 
 // fp16 → DeepSpeed's dynamic (or static) scaler from the fp16 section; bf16/fp32 → static 1.

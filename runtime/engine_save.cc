@@ -90,17 +90,8 @@ bool Engine::Save16BitModel(const std::string& save_dir, const std::string& file
         writer.reset();
       }
     };
-    if (impl_->coord) impl_->coord->set_purpose(zero::ParamCoordinator::Purpose::kSave);
-    for (nn::Parameter* p : params) {
-      auto it = impl_->param_id.find(p);
-      if (it == impl_->param_id.end()) {
-        if (rank() == 0) append(p->engine_data());
-        continue;
-      }
-      Tensor full = impl_->coord->Acquire(it->second);
-      append(full);
-      impl_->coord->Release(it->second);
-    }
+    impl_->VisitFullParameters(zero::ParamCoordinator::Purpose::kSave, params,
+                               [&](nn::Parameter*, const Tensor& value) { append(value); });
     if (writer && error.empty()) {
       try {
         writer->Commit();

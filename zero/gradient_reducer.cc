@@ -95,7 +95,7 @@ void GradientReducer::MarkReady(int param) {
   if (bi < 0) return;
   Bucket& b = *state_[static_cast<size_t>(bi)];
   ZR_CHECK(!b.submitted, "parameter {} marked ready twice in one backward", param);
-  if (++b.params_ready == b.params_total && opt_.overlap) {
+  if (++b.params_ready == b.params_total) {
     Submit(b);
     if (opt_.synchronous) {
       Stopwatch watch;

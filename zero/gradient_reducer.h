@@ -50,8 +50,7 @@ struct GradReduceOptions {
   bool average = true;                 // "mean" (false: "sum")
   bool prescale = false;               // prescale_gradients
   double predivide = 1.0;              // gradient_predivide_factor
-  bool overlap = true;                 // submit buckets during backward (false: all at Finish)
-  // With overlap: a ready bucket's reduction is submitted and waited for at once, on the caller's
+  // overlap_comm false: a ready bucket's reduction is submitted and waited for at once, on the caller's
   // (backward's) thread, so nothing travels while backward computes (DeepSpeed without overlap_comm).
   bool synchronous = false;
   // kScatter: add the reduced piece into the partition (true: stage 2 accumulates over micro-steps)

@@ -285,7 +285,6 @@ void ParamCoordinator::SubmitBucket() {
     b.received = Tensor::Empty({b.shard_numel}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
     b.work = comm_.ReduceScatter(b.packed.data(), b.received.data(), static_cast<size_t>(b.shard_numel),
                                  opt_.comm_dtype, sc.op);
-    ++grad_reductions_;
   }
   pending_buckets_.push_back(std::move(b));
   open_bucket_ = GradBucket();

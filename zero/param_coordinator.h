@@ -119,8 +119,6 @@ class ParamCoordinator {
   int64_t resident_numel() const { return resident_numel_; }
   int64_t gathers() const { return gathers_; }
   int64_t prefetch_hits() const { return prefetch_hits_; }
-  // Gradient reduce-scatters submitted so far (one per bucket on more than one rank).
-  int64_t grad_reductions() const { return grad_reductions_; }
   // Milliseconds spent blocked on parameter gathers since the last call (gathers not hidden behind
   // computation); resets the count.
   double TakeWaitMs() { return std::exchange(wait_ms_, 0.0); }
@@ -160,7 +158,6 @@ class ParamCoordinator {
   int64_t resident_numel_ = 0;
   int64_t gathers_ = 0;
   int64_t prefetch_hits_ = 0;
-  int64_t grad_reductions_ = 0;
   double wait_ms_ = 0;
   double reduce_wait_ms_ = 0;
   struct GradBucket {
