@@ -4,7 +4,8 @@
 # Unlike doctest's own discovery it survives any test name: ';' and ',' (CMake's and doctest's list
 # separators) become the single-character wildcard '?' in the filter. Each registered test must
 # report at least one test case run and passed, so a filter that matches nothing fails instead of
-# passing vacuously. A test case outside the four suites is registered as a failing test.
+# passing vacuously. A test case that prints "[zerorun-skip] <reason>" (e.g. MESSAGE) and returns is
+# reported by CTest as skipped, not passed. A test case outside the four suites is registered as a failing test.
 set(suites unit multiproc slow gpu)
 
 function(list_cases out)
@@ -37,7 +38,8 @@ foreach(suite IN LISTS suites)
       "add_test([==[${ctest_name}]==] [==[${TEST_EXECUTABLE}]==] [==[--test-case=${filter}]==] [==[--test-suite=${suite}]==])\n"
       "set_tests_properties([==[${ctest_name}]==] PROPERTIES LABELS ${suite} TIMEOUT ${TIMEOUT}"
       " WORKING_DIRECTORY [==[${WORKING_DIR}]==] ENVIRONMENT [==[${ENV}]==]"
-      " PASS_REGULAR_EXPRESSION [==[test cases: +[1-9][0-9]* \\| +[1-9][0-9]* passed \\| +0 failed]==])\n")
+      " PASS_REGULAR_EXPRESSION [==[test cases: +[1-9][0-9]* \\| +[1-9][0-9]* passed \\| +0 failed]==]"
+      " SKIP_REGULAR_EXPRESSION [==[\\[zerorun-skip\\]]==])\n")
   endforeach()
 endforeach()
 string(REPLACE ";" "," excluded "${suites}")
