@@ -19,6 +19,7 @@ zerorun_require_pkg(ZR_UCX ucx libucx-dev)
 zerorun_require_pkg(ZR_URING liburing liburing-dev)
 zerorun_require_pkg(ZR_HWLOC hwloc libhwloc-dev)
 zerorun_require_pkg(ZR_OPENBLAS openblas libopenblas-dev)
+zerorun_require_pkg(ZR_XXHASH libxxhash libxxhash-dev)
 
 find_package(RapidJSON CONFIG QUIET)
 find_path(ZR_RAPIDJSON_INCLUDE rapidjson/document.h HINTS ${RapidJSON_INCLUDE_DIRS})
@@ -51,7 +52,7 @@ endif()
 # so a consumer of the shared library needs none of these at compile time.
 function(zerorun_link_dependencies target)
   target_link_libraries(${target} PRIVATE PkgConfig::ZR_UCX PkgConfig::ZR_URING PkgConfig::ZR_HWLOC
-                                          PkgConfig::ZR_OPENBLAS ${CMAKE_DL_LIBS})
+                                          PkgConfig::ZR_OPENBLAS PkgConfig::ZR_XXHASH ${CMAKE_DL_LIBS})
   target_link_libraries(${target} PUBLIC Threads::Threads)
   target_include_directories(${target} SYSTEM PRIVATE ${ZR_RAPIDJSON_INCLUDE})
   if(ZERORUN_HAVE_CUDA)
