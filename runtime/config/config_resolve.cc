@@ -352,6 +352,34 @@ void CheckMisc(ConfigBody& c, Collected& out) {
   }
 }
 
+// The aio section: DeepSpeed's documented thread_count read as intra_op_parallelism (with a note that
+// DeepSpeed's code ignores it), GPUDirect refused, the O_DIRECT block size, and a warning when the
+// section sets something but nothing uses it.
+void CheckAio(ConfigBody& c, Collected& out) {
+  auto prov = out.provenance.find("aio.intra_op_parallelism");
+  if (prov != out.provenance.end() && prov->second.kind == Kind::kAlias && prov->second.detail == "thread_count") {
+    out.Warn("aio.thread_count",
+             Format("read as aio.intra_op_parallelism = {}, as DeepSpeed's documentation describes it; DeepSpeed's own "
+                    "code ignores thread_count (it reads only intra_op_parallelism), so under DeepSpeed this file "
+                    "would run with 1 worker",
+                    c.aio.intra_op_parallelism));
+  }
+  if (c.aio.use_gds) {
+    out.Error("aio.use_gds", "GPUDirect Storage is not supported by zerorun (NVMe I/O goes through pinned host "
+                             "buffers); set it false or remove it");
+  }
+  if (c.aio.block_size % 4096 != 0) {
+    out.Error("aio.block_size",
+              Format("must be a multiple of 4096 (the O_DIRECT alignment of swap-file requests); found {}",
+                     c.aio.block_size));
+  }
+  const ZeroConfig& z = c.zero_optimization;
+  if (!(c.aio == AioConfig{}) && z.OptimizerOffload() != OffloadDevice::kNvme && z.ParamOffload() != OffloadDevice::kNvme) {
+    out.Warn("aio", "used only by NVMe offload (offload_optimizer or offload_param with device \"nvme\") and by "
+                    "zerorun-bench io; this config offloads nothing to NVMe, so the section has no effect");
+  }
+}
+
 }  // namespace
 
 void ResolveAndValidate(ConfigBody& c, int world_size, int64_t hidden_size, Collected& out) {
@@ -363,6 +391,7 @@ void ResolveAndValidate(ConfigBody& c, int world_size, int64_t hidden_size, Coll
   CheckOptimizer(c, out);
   CheckScheduler(c, out);
   CheckMisc(c, out);
+  CheckAio(c, out);
 }
 
 }  // namespace zerorun::runtime::config_detail

@@ -15,17 +15,20 @@ const EnumSpec& TagValidationEnum() {
   return spec;
 }
 
+// Read by the offload I/O engine (offload/io_engine.h, docs/offload.md); the cross-key rules are in
+// config_resolve.cc (CheckAio).
 void VisitAio(ConfigVisitor& v, AioConfig& a) {
-  v.Int({.key = "block_size", .doc = "bytes per I/O request", .min = 0, .min_exclusive = true}, a.block_size);
-  v.Int({.key = "queue_depth", .doc = "in-flight requests per worker", .min = 0, .min_exclusive = true},
-        a.queue_depth);
-  v.Int({.key = "intra_op_parallelism", .doc = "worker threads splitting each request", .min = 0,
-         .min_exclusive = true},
+  v.Int({.key = "block_size", .doc = "bytes per I/O request (a multiple of 4096)", .min = 0, .min_exclusive = true},
+        a.block_size);
+  v.Int({.key = "queue_depth", .doc = "requests in flight per worker ring", .min = 1, .max = 4096}, a.queue_depth);
+  // DeepSpeed's docs call it thread_count; DeepSpeed's code reads only intra_op_parallelism.
+  v.Int({.key = "intra_op_parallelism", .doc = "workers (each an io_uring ring) splitting each read/write",
+         .alias = "thread_count", .min = 1, .max = 256},
         a.intra_op_parallelism);
-  v.Bool({.key = "single_submit", .doc = "submit requests one at a time"}, a.single_submit);
-  v.Bool({.key = "overlap_events", .doc = "keep the queue full as completions arrive"}, a.overlap_events);
-  v.Bool({.key = "use_gds", .doc = "GPUDirect Storage", .status = FieldStatus::kIgnored}, a.use_gds);
-  v.Opaque({.key = "thread_count", .doc = "docs-only name; DeepSpeed ignores it (use intra_op_parallelism)"});
+  v.Bool({.key = "single_submit", .doc = "one io_uring_submit per request instead of per batch"}, a.single_submit);
+  v.Bool({.key = "overlap_events", .doc = "refill the queue as completions arrive (false: batch, wait for all)"},
+         a.overlap_events);
+  v.Bool({.key = "use_gds", .doc = "GPUDirect Storage (true is refused)"}, a.use_gds);
 }
 
 void VisitActivationCheckpointing(ConfigVisitor& v, ActivationCheckpointingConfig& a) {

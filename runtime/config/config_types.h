@@ -256,13 +256,14 @@ struct ZeroConfig {
 
 // ---- I/O, checkpointing, monitoring (§1.10-§1.16) ----------------------------------------------------
 
-struct AioConfig {
-  int64_t block_size = 1'048'576;    // bytes per I/O request
-  int64_t queue_depth = 8;           // in-flight requests per worker
-  int64_t intra_op_parallelism = 1;  // worker threads splitting each request
-  bool single_submit = false;        // submit requests one at a time
-  bool overlap_events = true;        // keep the queue full as completions arrive
-  bool use_gds = false;              // GPUDirect Storage (not implemented: warning)
+struct AioConfig {  // the offload I/O engine's settings (offload/io_engine.h, docs/offload.md)
+  int64_t block_size = 1'048'576;    // bytes per I/O request; a multiple of 4096
+  int64_t queue_depth = 8;           // requests in flight per worker ring
+  int64_t intra_op_parallelism = 1;  // workers splitting each read/write (alias: thread_count)
+  bool single_submit = false;        // one io_uring_submit per request instead of per batch
+  bool overlap_events = true;        // refill the queue as completions arrive
+  bool use_gds = false;              // GPUDirect Storage: true is refused
+  friend bool operator==(const AioConfig&, const AioConfig&) = default;
 };
 struct ActivationCheckpointingConfig {
   bool partition_activations = false;           // partition checkpoints across model-parallel ranks

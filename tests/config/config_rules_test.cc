@@ -176,6 +176,35 @@ TEST_SUITE("unit") {
     CHECK(c.ProvenanceOf("zero_optimization.contiguous_gradients")->kind == Kind::kDerived);
   }
 
+  TEST_CASE("aio: thread_count read as intra_op_parallelism with a note, use_gds refused, O_DIRECT block size") {
+    const std::string nvme = R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}})";
+    rt::Config c = Load(R"({"train_batch_size": 8, )" + nvme + R"(, "aio": {"thread_count": 4, "queue_depth": 16}})");
+    CHECK(c.aio.intra_op_parallelism == 4);
+    CHECK(c.aio.queue_depth == 16);
+    CHECK(c.ProvenanceOf("aio.intra_op_parallelism")->kind == Kind::kAlias);
+    CHECK(Has(c.warnings(), "aio.thread_count", "read as aio.intra_op_parallelism = 4"));
+    CHECK(Has(c.warnings(), "aio.thread_count", "DeepSpeed's own code ignores thread_count"));
+    CHECK_FALSE(Has(c.warnings(), "aio"));  // used by the NVMe offload
+    c = Load(R"({"train_batch_size": 8, )" + nvme + R"(, "aio": {"intra_op_parallelism": 2}})");
+    CHECK(c.aio.intra_op_parallelism == 2);
+    CHECK_FALSE(Has(c.warnings(), "aio.thread_count"));
+    CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"thread_count": 2, "intra_op_parallelism": 2}})"),
+              "aio.thread_count", "given twice"));
+    CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"use_gds": true}})"), "aio.use_gds",
+              "GPUDirect Storage is not supported by zerorun"));
+    CHECK(Errors(R"({"train_batch_size": 8, )" + nvme + R"(, "aio": {"use_gds": false}})").empty());
+    CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"block_size": 1000}})"), "aio.block_size",
+              "must be a multiple of 4096"));
+    CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"queue_depth": 0}})"), "aio.queue_depth", "in [1, 4096]"));
+    CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"intra_op_parallelism": 1000}})"), "aio.intra_op_parallelism",
+              "in [1, 256]"));
+    // Without NVMe offload the section does nothing, and says so.
+    c = Load(R"({"train_batch_size": 8, "aio": {"block_size": 262144}})");
+    CHECK(Has(c.warnings(), "aio", "offloads nothing to NVMe, so the section has no effect"));
+    CHECK_FALSE(Has(Load(R"({"train_batch_size": 8})").warnings(), "aio"));
+    CHECK_FALSE(Has(Load(R"({"train_batch_size": 8, "aio": {"queue_depth": 8}})").warnings(), "aio"));  // defaults
+  }
+
   TEST_CASE("zero rules: allgather bucket parity (TestIncorectAllgatherBucketSize), legacy_stage1, sequential") {
     CHECK(Has(Errors(Z(R"("stage": 2, "allgather_bucket_size": 1001)")), "zero_optimization.allgather_bucket_size",
               "allgather_bucket_size must be a multiple of nccl_start_alignment_factor"));
