@@ -1,4 +1,5 @@
-// zerorun-bench: collective bandwidth in the style of nccl-tests.
+// zerorun-bench: collective bandwidth in the style of nccl-tests, and offload I/O bandwidth in the
+// style of DeepSpeed's ds_io / ds_nvme_tune (`zerorun-bench io`, below: IoMain).
 //
 //   zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local] [--nprocs N]
 //                 [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N]
@@ -12,6 +13,7 @@
 // the all-gather output, the reduce-scatter input. --json prints one object per line instead.
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/utsname.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +34,11 @@
 #include "zerorun/comm/local/local_comm.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
+#include "zerorun/core/cpu_features.h"
 #include "zerorun/core/timer.h"
+#include "zerorun/offload/io_bench.h"
+#include "zerorun/runtime/aio_options.h"
+#include "zerorun/runtime/config/config.h"
 
 using namespace zerorun;
 using namespace zerorun::comm;
@@ -58,7 +66,8 @@ struct Args {
                "zerorun-bench: %s\n"
                "usage: zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local] [--nprocs N]\n"
                "       [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N] [--dtype fp32]\n"
-               "       [--op sum|avg|max|min] [--json] [--check]\n",
+               "       [--op sum|avg|max|min] [--json] [--check]\n"
+               "       zerorun-bench io --path DIR|FILE ... (zerorun-bench io --help)\n",
                msg.c_str());
   std::exit(2);
 }
@@ -246,9 +255,224 @@ int SpawnRanks(int n, int argc, char** argv) {
   return worst;
 }
 
+
+// ---- zerorun-bench io ------------------------------------------------------------------------------
+//
+//   zerorun-bench io --path DIR|FILE [--size 1G] [--io-size 64M] [--block-size 1M] [--queue-depth 8]
+//                    [--intra-op-parallelism 1] [--single-submit] [--no-overlap-events]
+//                    [--engine auto|io_uring|pread] [--config ds.json] [--read | --write] [--reps 3]
+//                    [--buffered] [--no-register] [--keep] [--json]
+//                    [--sweep [--block-sizes 256K,1M,4M] [--queue-depths 4,8,16,32] [--parallelism 1,2]]
+//
+// Sequential passes over one file (a scratch file when --path is a directory), write and read
+// interleaved, --reps of each; GB/s = 1e9 bytes/s, the median and the range of the passes. --config
+// takes the aio settings from a DeepSpeed config (flags given after it win). --sweep runs every
+// combination of the lists and suggests the aio section with the least write + read time for the same
+// bytes (what a swapper pays per sub-group), as ds_nvme_tune does.
+
+struct IoArgs {
+  offload::IoBenchOptions bench;
+  offload::IoEngineOptions engine;
+  int reps = 3;
+  bool read = true, write = true;
+  bool json = false;
+  bool sweep = false;
+  std::vector<int64_t> sweep_blocks = {256 << 10, 1 << 20, 4 << 20};
+  std::vector<int64_t> sweep_depths = {4, 8, 16, 32};
+  std::vector<int64_t> sweep_parallelism = {1, 2};
+};
+
+[[noreturn]] void IoUsage(const std::string& msg) {
+  std::fprintf(stderr,
+               "zerorun-bench io: %s\n"
+               "usage: zerorun-bench io --path DIR|FILE [--size 1G] [--io-size 64M] [--block-size 1M] [--queue-depth 8]\n"
+               "       [--intra-op-parallelism 1] [--single-submit] [--no-overlap-events] [--engine auto|io_uring|pread]\n"
+               "       [--config ds.json] [--read | --write] [--reps 3] [--buffered] [--no-register] [--keep] [--json]\n"
+               "       [--sweep [--block-sizes 256K,1M,4M] [--queue-depths 4,8,16,32] [--parallelism 1,2]]\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+std::string FormatFixed(double v, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+int64_t IoInt(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0' || x <= 0) IoUsage(flag + ": expected a positive integer, found '" + v + "'");
+  return x;
+}
+
+std::vector<int64_t> IoList(const std::string& flag, const std::string& v, bool bytes) {
+  std::vector<int64_t> out;
+  std::stringstream ss(v);
+  for (std::string item; std::getline(ss, item, ',');) {
+    out.push_back(bytes ? static_cast<int64_t>(ParseBytes(flag, item)) : IoInt(flag, item));
+  }
+  if (out.empty()) IoUsage(flag + ": empty list");
+  return out;
+}
+
+IoArgs ParseIo(int argc, char** argv) {
+  IoArgs a;
+  for (int i = 2; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) IoUsage(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--path") a.bench.path = value();
+    else if (f == "--size") a.bench.file_bytes = static_cast<int64_t>(ParseBytes(f, value()));
+    else if (f == "--io-size") a.bench.transfer_bytes = static_cast<int64_t>(ParseBytes(f, value()));
+    else if (f == "--block-size") a.engine.block_size = static_cast<int64_t>(ParseBytes(f, value()));
+    else if (f == "--queue-depth") a.engine.queue_depth = static_cast<int>(IoInt(f, value()));
+    else if (f == "--intra-op-parallelism") a.engine.intra_op_parallelism = static_cast<int>(IoInt(f, value()));
+    else if (f == "--single-submit") a.engine.single_submit = true;
+    else if (f == "--no-overlap-events") a.engine.overlap_events = false;
+    else if (f == "--engine") {
+      try {
+        a.engine.kind = offload::ParseIoEngineKind(value());
+      } catch (const Error& e) {
+        IoUsage(e.what());
+      }
+    } else if (f == "--config") {
+      const std::string path = value();
+      try {
+        runtime::LoadOptions lo;
+        lo.log_warnings = false;
+        const runtime::Config c = runtime::LoadConfigFile(path, lo);
+        const offload::IoEngineKind kind = a.engine.kind;
+        a.engine = runtime::IoEngineOptionsFromConfig(c.aio);
+        a.engine.kind = kind;
+      } catch (const Error& e) {
+        IoUsage(Format("--config {}: {}", path, e.what()));
+      }
+    } else if (f == "--read") a.write = false;
+    else if (f == "--write") a.read = false;
+    else if (f == "--reps") a.reps = static_cast<int>(IoInt(f, value()));
+    else if (f == "--buffered") a.bench.direct = false;
+    else if (f == "--no-register") a.bench.register_buffers = false;
+    else if (f == "--keep") a.bench.keep_file = true;
+    else if (f == "--json") a.json = true;
+    else if (f == "--sweep") a.sweep = true;
+    else if (f == "--block-sizes") a.sweep_blocks = IoList(f, value(), true);
+    else if (f == "--queue-depths") a.sweep_depths = IoList(f, value(), false);
+    else if (f == "--parallelism") a.sweep_parallelism = IoList(f, value(), false);
+    else if (f == "--help" || f == "-h") IoUsage("measures offload I/O bandwidth");
+    else IoUsage("unknown flag '" + f + "'");
+  }
+  if (a.bench.path.empty()) IoUsage("--path is required (a directory on the disk to measure, or a file)");
+  if (!a.read && !a.write) IoUsage("--read and --write together leave nothing to measure (give neither for both)");
+  try {
+    offload::ValidateIoEngineOptions(a.engine);
+  } catch (const Error& e) {
+    IoUsage(e.what());
+  }
+  return a;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+std::string AioJson(const offload::IoEngineOptions& e) {
+  return Format("{\"block_size\": {}, \"queue_depth\": {}, \"intra_op_parallelism\": {}, \"single_submit\": {}, "
+                "\"overlap_events\": {}}",
+                e.block_size, e.queue_depth, e.intra_op_parallelism, e.single_submit ? "true" : "false",
+                e.overlap_events ? "true" : "false");
+}
+
+void PrintIoResult(const IoArgs& a, const offload::IoBench& bench, const offload::IoBenchResult& r) {
+  auto range = [](const std::vector<double>& v) {
+    if (v.empty()) return std::string("-");
+    return Format("{} ({}..{})", FormatFixed(offload::Median(v)), FormatFixed(*std::min_element(v.begin(), v.end())),
+                  FormatFixed(*std::max_element(v.begin(), v.end())));
+  };
+  const offload::IoEngineOptions& e = r.engine;
+  if (a.json) {
+    auto list = [](const std::vector<double>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + FormatFixed(v[i], 4);
+      return s + "]";
+    };
+    std::printf("{\"engine\": \"%s\", \"file\": \"%s\", \"fs\": \"%s\", \"direct\": %s, \"size_bytes\": %lld, "
+                "\"io_size_bytes\": %lld, \"aio\": %s, \"write_gbps\": %s, \"read_gbps\": %s, "
+                "\"write_gbps_median\": %.4f, \"read_gbps_median\": %.4f, \"fixed_requests\": %lld, \"requests\": %lld}\n",
+                r.engine_name.c_str(), bench.file_path().c_str(), bench.fs_type().c_str(),
+                bench.options().direct ? "true" : "false", static_cast<long long>(bench.options().file_bytes),
+                static_cast<long long>(bench.options().transfer_bytes), AioJson(e).c_str(), list(r.write_gbps).c_str(),
+                list(r.read_gbps).c_str(), offload::Median(r.write_gbps), offload::Median(r.read_gbps),
+                static_cast<long long>(r.stats.fixed_requests), static_cast<long long>(r.stats.requests));
+  } else {
+    std::printf("  %-8s %9s %5d %4d %6s %7s  %-22s %-22s\n", r.engine_name.c_str(),
+                FormatBytes(static_cast<double>(e.block_size)).c_str(), e.queue_depth, e.intra_op_parallelism,
+                e.single_submit ? "yes" : "no", e.overlap_events ? "yes" : "no", range(r.write_gbps).c_str(),
+                range(r.read_gbps).c_str());
+  }
+  std::fflush(stdout);
+}
+
+int IoMain(int argc, char** argv) {
+  const IoArgs a = ParseIo(argc, argv);
+  try {
+    offload::IoBench bench(a.bench);
+    utsname u{};
+    ::uname(&u);
+    if (!a.json) {
+      std::printf("# zerorun-bench io: %s (%s, %s), %s per pass in transfers of %s (2 in flight), %d rep(s)\n",
+                  bench.file_path().c_str(), bench.fs_type().c_str(), a.bench.direct ? "O_DIRECT" : "buffered",
+                  FormatBytes(static_cast<double>(a.bench.file_bytes)).c_str(),
+                  FormatBytes(static_cast<double>(a.bench.transfer_bytes)).c_str(), a.reps);
+      std::printf("# cpu: %s, isa %s; kernel %s\n", CpuModel().c_str(), IsaName(ActiveIsa()).c_str(), u.release);
+      std::printf("# GB/s = 1e9 bytes/s: median (min..max) of the passes\n");
+      std::printf("  %-8s %9s %5s %4s %6s %7s  %-22s %-22s\n", "engine", "block", "qd", "par", "single", "overlap",
+                  "write GB/s", "read GB/s");
+    }
+    if (!a.sweep) {
+      PrintIoResult(a, bench, bench.Run(a.engine, a.reps, a.write, a.read));
+      return 0;
+    }
+    std::vector<offload::IoBenchResult> results;
+    for (int64_t bs : a.sweep_blocks) {
+      for (int64_t qd : a.sweep_depths) {
+        for (int64_t par : a.sweep_parallelism) {
+          offload::IoEngineOptions e = a.engine;
+          e.block_size = bs;
+          e.queue_depth = static_cast<int>(qd);
+          e.intra_op_parallelism = static_cast<int>(par);
+          offload::ValidateIoEngineOptions(e);
+          results.push_back(bench.Run(e, a.reps, /*write=*/true, /*read=*/true));
+          PrintIoResult(a, bench, results.back());
+        }
+      }
+    }
+    const offload::IoBenchResult& best = offload::BestForSwapping(results);
+    if (a.json) {
+      std::printf("{\"suggested_aio\": %s}\n", AioJson(best.engine).c_str());
+    } else {
+      std::printf("# suggested (least write + read time for the same bytes: write %s, read %s GB/s):\n",
+                  FormatFixed(offload::Median(best.write_gbps)).c_str(),
+                  FormatFixed(offload::Median(best.read_gbps)).c_str());
+      std::printf("\"aio\": %s\n", AioJson(best.engine).c_str());
+    }
+  } catch (const Error& e) {
+    ZR_ERROR("zerorun-bench io: {}", e.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "io") return IoMain(argc, argv);
   Args a = Parse(argc, argv);
   try {
     if (a.backend == "local") {

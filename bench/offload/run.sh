@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The offload I/O engine against fio on the same file, interleaved: for each (block size, queue depth)
+# and direction, one pass each of
+#   fio --ioengine=io_uring --direct=1 --bs=B --iodepth=Q   (its best settings here: --fixedbufs
+#       --registerfiles, one job, sequential; fio 3.33 from Debian)
+#   zerorun-bench io --engine io_uring --block-size B --queue-depth Q   (registered pinned buffers)
+#   zerorun-bench io --engine pread   (one synchronous request at a time: the oracle and fallback)
+# in an order rotated every repetition, over one file laid out by fio first (both then overwrite and
+# read the same blocks). Prints every pass, then medians and the ratios zerorun/fio (target >= 0.95)
+# and pread/fio. The file lives on a disk file system (default /var/tmp; tmpfs is refused: it measures
+# memory). fio is installed here (apt-get) when missing, never by the test path.
+#   bench/offload/run.sh [build-dir] [size=1G] [reps=3] [dir=/var/tmp]
+#   BENCH_CONFIGS="1M:8 256K:32" overrides the (block size : queue depth) pairs.
+# Run it under `flock /work/bench.lock` on a shared machine.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../../build}
+size=${2:-1G}
+reps=${3:-3}
+dir=${4:-/var/tmp}
+configs=${BENCH_CONFIGS:-"1M:8 256K:32 4M:4"}
+bench=$build/bin/zerorun-bench
+[[ -x $bench ]] || { echo "run.sh: $bench not found; build zerorun_bench first" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "run.sh: needs python3 (to read fio's JSON)" >&2; exit 1; }
+if ! command -v fio >/dev/null; then
+  echo "run.sh: installing fio (apt-get)"
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); else sudo_cmd=(); fi
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends fio >/dev/null
+fi
+fstype=$(findmnt -n -o FSTYPE -T "$dir" 2>/dev/null || stat -f -c %T "$dir")
+case $fstype in tmpfs|ramfs) echo "run.sh: $dir is $fstype (memory); give a directory on a disk" >&2; exit 2 ;; esac
+
+work=$(mktemp -d "$dir/zr_bench_offload.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+file=$work/data
+echo "# bench/offload: $file ($fstype), $size per pass, $reps rep(s), configs: $configs"
+echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cpu(s); kernel $(uname -r); $(fio --version)"
+fio --name=layout --filename="$file" --size="$size" --rw=write --bs=1M --iodepth=8 --ioengine=io_uring \
+    --direct=1 --output-format=terse >/dev/null
+
+results=$work/results.tsv
+: >"$results"
+gbps_fio() {  # dir bs qd -> GB/s
+  local rw=$1 bs=$2 qd=$3
+  fio --name=zr --filename="$file" --size="$size" --rw="$rw" --bs="$bs" --iodepth="$qd" --ioengine=io_uring \
+      --direct=1 --fixedbufs=1 --registerfiles=1 --numjobs=1 --output-format=json |
+    python3 -c "import json,sys; j=json.load(sys.stdin)['jobs'][0]['$rw']; print('%.4f' % (j['bw_bytes']/1e9))"
+}
+gbps_zr() {  # engine dir bs qd -> GB/s
+  local engine=$1 rw=$2 bs=$3 qd=$4
+  "$bench" io --path "$file" --size "$size" --engine "$engine" --block-size "$bs" --queue-depth "$qd" \
+      --reps 1 "--$rw" --json |
+    python3 -c "import json,sys; j=json.loads(sys.stdin.readline()); print('%.4f' % j['${rw}_gbps_median'])"
+}
+
+for ((rep = 0; rep < reps; rep++)); do
+  for cfg in $configs; do
+    bs=${cfg%%:*}
+    qd=${cfg##*:}
+    for rw in write read; do
+      tools=(fio io_uring pread)
+      for ((k = 0; k < 3; k++)); do
+        t=${tools[$(((k + rep) % 3))]}
+        if [[ $t == fio ]]; then g=$(gbps_fio "$rw" "$bs" "$qd"); else g=$(gbps_zr "$t" "$rw" "$bs" "$qd"); fi
+        printf '%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rw" "$t" "$rep" "$g" >>"$results"
+        printf '  rep %d  bs %-5s qd %-3s %-5s %-8s %7s GB/s\n' "$rep" "$bs" "$qd" "$rw" "$t" "$g"
+      done
+    done
+  done
+done
+
+python3 - "$results" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    cfg, rw, tool, rep, g = line.split()
+    runs[(cfg, rw, tool)].append(float(g))
+print("# medians (GB/s) and ratios to fio; target io_uring/fio >= 0.95")
+print("  %-8s %-5s %8s %9s %8s %13s %10s" % ("bs:qd", "dir", "fio", "io_uring", "pread", "io_uring/fio", "pread/fio"))
+worst = None
+for cfg in dict.fromkeys(k[0] for k in runs):
+    for rw in ("write", "read"):
+        m = {t: statistics.median(runs[(cfg, rw, t)]) for t in ("fio", "io_uring", "pread")}
+        r = m["io_uring"] / m["fio"]
+        worst = r if worst is None else min(worst, r)
+        print("  %-8s %-5s %8.3f %9.3f %8.3f %13.3f %10.3f" % (cfg, rw, m["fio"], m["io_uring"], m["pread"], r,
+                                                                m["pread"] / m["fio"]))
+print("# lowest io_uring/fio median ratio: %.3f (%s)" % (worst, "meets 0.95" if worst >= 0.95 else "BELOW 0.95"))
+PY
