@@ -39,7 +39,7 @@ double Median(std::vector<double> v) {
 IoBench::IoBench(const IoBenchOptions& options)
     : options_(options),
       env_(options.env ? *options.env : FileEnv::Default()),
-      buffers_(CheckedTransfer(options), 2) {
+      buffers_(CheckedTransfer(options), 2, options.huge_pages) {
   struct stat st {};
   const int r = env_.Stat(options_.path, &st);
   if (r == 0 && S_ISDIR(st.st_mode)) {

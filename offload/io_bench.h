@@ -20,6 +20,7 @@ struct IoBenchOptions {
   int64_t transfer_bytes = int64_t{64} << 20;  // bytes per Submit (two in flight); a multiple of kDirectIoAlignment
   bool direct = true;                     // O_DIRECT (false: through the page cache; writes then measure memory)
   bool register_buffers = true;           // register the pinned buffers with io_uring (fio's fixedbufs)
+  bool huge_pages = true;                 // buffers on transparent huge pages (fio's malloc'ed buffers are not)
   bool keep_file = false;                 // keep a scratch file
   FileEnv* env = nullptr;                 // nullptr: FileEnv::Default()
 };

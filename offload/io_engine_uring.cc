@@ -33,7 +33,10 @@ constexpr int64_t kMaxFixedBufferBytes = int64_t{1} << 30;
 class Ring {
  public:
   Ring(FileEnv& env, unsigned entries, int rank) {
-    const int r = env.UringQueueInit(entries, &ring_, 0);
+    // COOP_TASKRUN: completions are processed when the worker enters the kernel to wait anyway, not by
+    // interrupting it (Linux 5.19+; older kernels refuse the flag with EINVAL and get a plain ring).
+    int r = env.UringQueueInit(entries, &ring_, IORING_SETUP_COOP_TASKRUN);
+    if (r == -EINVAL) r = env.UringQueueInit(entries, &ring_, 0);
     if (r < 0) {
       throw IoError(ErrnoMessage(Format("{}io_uring is unavailable: io_uring_queue_init({} entries) failed",
                                         rank >= 0 ? Format("rank {}: ", rank) : "", entries),

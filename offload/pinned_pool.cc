@@ -47,9 +47,9 @@ void* MapAligned(int64_t bytes, int64_t align) {
 
 }  // namespace
 
-PinnedBuffer::PinnedBuffer(int64_t bytes) {
+PinnedBuffer::PinnedBuffer(int64_t bytes, bool huge_pages) {
   ZR_CHECK(bytes > 0, "pinned buffer of {} bytes", bytes);
-  const bool huge = bytes >= kHugeFrom;
+  const bool huge = huge_pages && bytes >= kHugeFrom;
   bytes_ = RoundUp(bytes, huge ? kHugePage : kPage);
   data_ = MapAligned(bytes_, huge ? kHugePage : kPage);
   if (data_ == nullptr) {
@@ -58,7 +58,8 @@ PinnedBuffer::PinnedBuffer(int64_t bytes) {
     throw OutOfMemoryError(ErrnoMessage(Format("pinned host buffer of {}", FormatBytes(static_cast<double>(bytes))),
                                         err));
   }
-  if (huge) ::madvise(data_, static_cast<size_t>(bytes_), MADV_HUGEPAGE);  // advisory
+  // Advisory either way; without huge pages, say so (THP "always" would otherwise still use them).
+  ::madvise(data_, static_cast<size_t>(bytes_), huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   if (::mlock(data_, static_cast<size_t>(bytes_)) == 0) {
     locked_ = true;
   } else {
@@ -106,10 +107,10 @@ void PinnedBuffer::Free() {
 
 // ---- PinnedPool ------------------------------------------------------------------------------------
 
-PinnedPool::PinnedPool(int64_t buffer_bytes, int num_buffers)
+PinnedPool::PinnedPool(int64_t buffer_bytes, int num_buffers, bool huge_pages)
     : buffer_bytes_(RoundUp(buffer_bytes, kDirectIoAlignment)), num_buffers_(num_buffers) {
   ZR_CHECK(buffer_bytes > 0 && num_buffers > 0, "pinned pool of {} x {} bytes", num_buffers, buffer_bytes);
-  memory_ = PinnedBuffer(buffer_bytes_ * num_buffers_);
+  memory_ = PinnedBuffer(buffer_bytes_ * num_buffers_, huge_pages);
   for (int i = num_buffers_ - 1; i >= 0; --i) free_.push_back(i);  // hand out index 0 first
 }
 

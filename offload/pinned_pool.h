@@ -25,9 +25,10 @@ namespace zerorun::offload {
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  // `bytes` is rounded up to a multiple of 4 KiB (2 MiB from 4 MiB on, advised for huge pages).
+  // `bytes` is rounded up to a multiple of 4 KiB; from 4 MiB on, with huge_pages, to 2 MiB, aligned
+  // and advised for transparent huge pages (fewer pages for the kernel to pin and map per request).
   // Throws OutOfMemoryError naming the size.
-  explicit PinnedBuffer(int64_t bytes);
+  explicit PinnedBuffer(int64_t bytes, bool huge_pages = true);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& o) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
@@ -76,8 +77,9 @@ class PinnedPool {
     int index_ = -1;
   };
 
-  // `num_buffers` buffers of `buffer_bytes` each, rounded up to kDirectIoAlignment. REQUIRES: both > 0.
-  PinnedPool(int64_t buffer_bytes, int num_buffers);
+  // `num_buffers` buffers of `buffer_bytes` each, rounded up to kDirectIoAlignment, in one PinnedBuffer.
+  // REQUIRES: both > 0.
+  PinnedPool(int64_t buffer_bytes, int num_buffers, bool huge_pages = true);
   // REQUIRES: every lease has been released.
   ~PinnedPool();
   PinnedPool(const PinnedPool&) = delete;

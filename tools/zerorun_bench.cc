@@ -261,7 +261,7 @@ int SpawnRanks(int n, int argc, char** argv) {
 //   zerorun-bench io --path DIR|FILE [--size 1G] [--io-size 64M] [--block-size 1M] [--queue-depth 8]
 //                    [--intra-op-parallelism 1] [--single-submit] [--no-overlap-events]
 //                    [--engine auto|io_uring|pread] [--config ds.json] [--read | --write] [--reps 3]
-//                    [--buffered] [--no-register] [--keep] [--json]
+//                    [--buffered] [--no-register] [--no-huge-pages] [--keep] [--json]
 //                    [--sweep [--block-sizes 256K,1M,4M] [--queue-depths 4,8,16,32] [--parallelism 1,2]]
 //
 // Sequential passes over one file (a scratch file when --path is a directory), write and read
@@ -287,7 +287,8 @@ struct IoArgs {
                "zerorun-bench io: %s\n"
                "usage: zerorun-bench io --path DIR|FILE [--size 1G] [--io-size 64M] [--block-size 1M] [--queue-depth 8]\n"
                "       [--intra-op-parallelism 1] [--single-submit] [--no-overlap-events] [--engine auto|io_uring|pread]\n"
-               "       [--config ds.json] [--read | --write] [--reps 3] [--buffered] [--no-register] [--keep] [--json]\n"
+               "       [--config ds.json] [--read | --write] [--reps 3] [--buffered] [--no-register] [--no-huge-pages]\n"
+               "       [--keep] [--json]\n"
                "       [--sweep [--block-sizes 256K,1M,4M] [--queue-depths 4,8,16,32] [--parallelism 1,2]]\n",
                msg.c_str());
   std::exit(2);
@@ -355,6 +356,7 @@ IoArgs ParseIo(int argc, char** argv) {
     else if (f == "--reps") a.reps = static_cast<int>(IoInt(f, value()));
     else if (f == "--buffered") a.bench.direct = false;
     else if (f == "--no-register") a.bench.register_buffers = false;
+    else if (f == "--no-huge-pages") a.bench.huge_pages = false;
     else if (f == "--keep") a.bench.keep_file = true;
     else if (f == "--json") a.json = true;
     else if (f == "--sweep") a.sweep = true;
