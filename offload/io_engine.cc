@@ -31,6 +31,9 @@ void ValidateIoEngineOptions(const IoEngineOptions& o) {
     ZR_THROW(InvalidArgument, "aio.block_size must be a positive multiple of {} (the O_DIRECT alignment); found {}",
              kDirectIoAlignment, o.block_size);
   }
+  if (o.block_size > (int64_t{1} << 30)) {
+    ZR_THROW(InvalidArgument, "aio.block_size must be at most 1 GiB (one request); found {}", o.block_size);
+  }
   if (o.queue_depth < 1 || o.queue_depth > 4096) {
     ZR_THROW(InvalidArgument, "aio.queue_depth must be in [1, 4096]; found {}", o.queue_depth);
   }
@@ -38,6 +41,9 @@ void ValidateIoEngineOptions(const IoEngineOptions& o) {
     ZR_THROW(InvalidArgument, "aio.intra_op_parallelism must be in [1, 256]; found {}", o.intra_op_parallelism);
   }
   if (o.max_retries < 1) ZR_THROW(InvalidArgument, "IoEngineOptions::max_retries must be >= 1; found {}", o.max_retries);
+  if (!(o.stall_warning_s > 0)) {
+    ZR_THROW(InvalidArgument, "IoEngineOptions::stall_warning_s must be > 0; found {}", o.stall_warning_s);
+  }
 }
 
 std::unique_ptr<IoEngine> CreateIoEngine(const IoEngineOptions& options) {

@@ -39,7 +39,7 @@ IoEngineKind ParseIoEngineKind(std::string_view name);
 
 // The `aio` config section (docs/offload.md) plus what the engine needs besides.
 struct IoEngineOptions {
-  int64_t block_size = 1 << 20;   // aio.block_size: bytes per request; a multiple of kDirectIoAlignment
+  int64_t block_size = 1 << 20;   // aio.block_size: bytes per request; a multiple of kDirectIoAlignment, <= 1 GiB
   int queue_depth = 8;            // aio.queue_depth: requests in flight per worker (io_uring only)
   int intra_op_parallelism = 1;   // aio.intra_op_parallelism: workers that split every transfer
   bool single_submit = false;     // aio.single_submit: one io_uring_submit per request, not per batch

@@ -368,9 +368,10 @@ void CheckAio(ConfigBody& c, Collected& out) {
     out.Error("aio.use_gds", "GPUDirect Storage is not supported by zerorun (NVMe I/O goes through pinned host "
                              "buffers); set it false or remove it");
   }
-  if (c.aio.block_size % 4096 != 0) {
+  if (c.aio.block_size % 4096 != 0 || c.aio.block_size > (int64_t{1} << 30)) {
     out.Error("aio.block_size",
-              Format("must be a multiple of 4096 (the O_DIRECT alignment of swap-file requests); found {}",
+              Format("must be a multiple of 4096 (the O_DIRECT alignment of swap-file requests) and at most 1 GiB "
+                     "(one request); found {}",
                      c.aio.block_size));
   }
   const ZeroConfig& z = c.zero_optimization;

@@ -195,6 +195,8 @@ TEST_SUITE("unit") {
     CHECK(Errors(R"({"train_batch_size": 8, )" + nvme + R"(, "aio": {"use_gds": false}})").empty());
     CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"block_size": 1000}})"), "aio.block_size",
               "must be a multiple of 4096"));
+    CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"block_size": 2147483648}})"), "aio.block_size",
+              "at most 1 GiB"));
     CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"queue_depth": 0}})"), "aio.queue_depth", "in [1, 4096]"));
     CHECK(Has(Errors(R"({"train_batch_size": 8, "aio": {"intra_op_parallelism": 1000}})"), "aio.intra_op_parallelism",
               "in [1, 256]"));

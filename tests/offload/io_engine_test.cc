@@ -466,6 +466,11 @@ TEST_SUITE("unit") {
     bad.block_size = 1000;
     CHECK_THROWS_WITH_AS(CreateIoEngine(bad), doctest::Contains("aio.block_size must be a positive multiple of 4096"),
                          InvalidArgument);
+    bad.block_size = int64_t{2} << 30;
+    CHECK_THROWS_WITH_AS(CreateIoEngine(bad), doctest::Contains("at most 1 GiB"), InvalidArgument);
+    bad = {};
+    bad.stall_warning_s = 0;
+    CHECK_THROWS_WITH_AS(CreateIoEngine(bad), doctest::Contains("stall_warning_s"), InvalidArgument);
     bad = {};
     bad.queue_depth = 0;
     CHECK_THROWS_WITH_AS(CreateIoEngine(bad), doctest::Contains("aio.queue_depth"), InvalidArgument);
