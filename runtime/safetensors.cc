@@ -1,13 +1,12 @@
-// safetensors writer (streaming, atomic rename) and strict reader. POSIX I/O so that every failure
-// carries its errno; RapidJSON for the header in both directions.
+// safetensors writer (streaming, atomic rename) and strict reader. File access through CheckpointEnv
+// (POSIX in production), so that every failure carries its errno and tests can inject faults;
+// RapidJSON for the header in both directions.
 #include "zerorun/runtime/safetensors.h"
 
-#include <fcntl.h>
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,13 +35,6 @@ constexpr DTypeNameEntry kDTypeNames[] = {
     {DType::kF32, "F32"}, {DType::kF16, "F16"}, {DType::kBF16, "BF16"}, {DType::kF64, "F64"},
     {DType::kI8, "I8"},   {DType::kU8, "U8"},   {DType::kI32, "I32"},   {DType::kI64, "I64"},
 };
-
-std::string DirOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 // numel(shape) × size, or false on overflow of uint64.
 bool ByteSize(const Shape& shape, size_t elem, uint64_t* out) {
@@ -81,7 +73,8 @@ bool SafetensorsDTypeFromName(std::string_view name, DType* out) {
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Entry> entries,
                                      const std::map<std::string, std::string>& metadata,
                                      SafetensorsWriterOptions options)
-    : path_(std::move(path)), options_(std::move(options)) {
+    : path_(std::move(path)), options_(std::move(options)),
+      env_(options_.env ? options_.env : &CheckpointEnv::Posix()) {
   if (path_.empty() || path_.back() == '/') ZR_THROW(InvalidArgument, "safetensors: '{}' is not a file path", path_);
   // Lay the tensors out contiguously in declared order.
   std::set<std::string> names;
@@ -135,11 +128,11 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Entry> entrie
   file_bytes_ = 8 + header.size() + offset;
 
   tmp_path_ = Format("{}.tmp.{}", path_, ::getpid());
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    int err = errno;
+  try {
+    file_ = env_->NewWritableFile(tmp_path_);
+  } catch (const Error& e) {
     failed_ = true;
-    ZR_THROW(IoError, "{}", ErrnoMessage(Format("cannot save {}: cannot create {}", path_, tmp_path_), err));
+    ZR_THROW(IoError, "cannot save {}: {}", path_, e.what());
   }
   buffer_.reserve(kBufferBytes);
   uint64_t n = header.size();
@@ -154,9 +147,12 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::Discard() noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+  file_.reset();
+  if (tmp_path_.empty()) return;
+  try {
+    env_->RemoveFile(tmp_path_);
+  } catch (const Error&) {  // best effort: the failure being reported matters more
+  }
 }
 
 void SafetensorsWriter::Fail(const std::string& what, int err) {
@@ -165,19 +161,22 @@ void SafetensorsWriter::Fail(const std::string& what, int err) {
   ZR_THROW(IoError, "{}", ErrnoMessage(Format("cannot save {}: {} {}", path_, what, tmp_path_), err));
 }
 
+void SafetensorsWriter::Fail(const Error& e) {
+  failed_ = true;
+  Discard();
+  ZR_THROW(IoError, "cannot save {}: {}", path_, e.what());
+}
+
 void SafetensorsWriter::Flush() {
-  size_t done = 0;
-  while (done < buffer_.size()) {
-    int injected = options_.inject_errno ? options_.inject_errno("write", offset_) : 0;
-    ssize_t r = injected ? -1 : ::write(fd_, buffer_.data() + done, buffer_.size() - done);
-    if (r < 0) {
-      int err = injected ? injected : errno;
-      if (err == EINTR) continue;
-      Fail("write to", err);
-    }
-    done += static_cast<size_t>(r);
-    offset_ += static_cast<uint64_t>(r);
+  if (buffer_.empty()) return;
+  int injected = options_.inject_errno ? options_.inject_errno("write", offset_) : 0;
+  if (injected) Fail("write to", injected);
+  try {
+    file_->Append(buffer_.data(), buffer_.size());
+  } catch (const Error& e) {
+    Fail(e);
   }
+  offset_ += buffer_.size();
   buffer_.clear();
 }
 
@@ -198,12 +197,34 @@ void SafetensorsWriter::Append(const void* data, size_t bytes) {
     ZR_THROW(InvalidArgument, "{}: Append beyond the {} declared tensors", path_, entries_.size());
   }
   const SafetensorsTensorInfo& e = entries_[next_];
-  if (bytes != e.end - e.begin) {
+  if (part_bytes_ != 0 || bytes != e.end - e.begin) {
     ZR_THROW(InvalidArgument, "{}: tensor '{}' is declared with {} bytes, {} were appended", path_, e.name,
-             e.end - e.begin, bytes);
+             e.end - e.begin, part_bytes_ + bytes);
   }
   WriteAll(data, bytes);
   ++next_;
+}
+
+void SafetensorsWriter::AppendPart(const void* data, size_t bytes) {
+  if (failed_ || committed_) ZR_THROW(InvalidArgument, "{}: Append after the writer failed or committed", path_);
+  // Zero-byte tensors complete as soon as they are reached.
+  while (next_ < entries_.size() && entries_[next_].end == entries_[next_].begin) ++next_;
+  if (bytes == 0) return;
+  if (next_ >= entries_.size()) {
+    ZR_THROW(InvalidArgument, "{}: Append beyond the {} declared tensors", path_, entries_.size());
+  }
+  const SafetensorsTensorInfo& e = entries_[next_];
+  const uint64_t size = e.end - e.begin;
+  if (part_bytes_ + bytes > size) {
+    ZR_THROW(InvalidArgument, "{}: tensor '{}' is declared with {} bytes, {} were appended", path_, e.name, size,
+             part_bytes_ + bytes);
+  }
+  WriteAll(data, bytes);
+  part_bytes_ += bytes;
+  if (part_bytes_ == size) {
+    part_bytes_ = 0;
+    ++next_;
+  }
 }
 
 void SafetensorsWriter::Append(const Tensor& t) {
@@ -220,27 +241,29 @@ void SafetensorsWriter::Append(const Tensor& t) {
 
 void SafetensorsWriter::Commit() {
   if (failed_ || committed_) ZR_THROW(InvalidArgument, "{}: Commit after the writer failed or committed", path_);
+  while (next_ < entries_.size() && part_bytes_ == 0 && entries_[next_].end == entries_[next_].begin) ++next_;
   if (next_ != entries_.size()) {
     ZR_THROW(InvalidArgument, "{}: Commit after {} of {} tensors (next: '{}')", path_, next_, entries_.size(),
              entries_[next_].name);
   }
   Flush();
   int injected = options_.inject_errno ? options_.inject_errno("fsync", offset_) : 0;
-  if (injected || ::fsync(fd_) != 0) Fail("fsync of", injected ? injected : errno);
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) Fail("close of", errno);
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) Fail("rename to the final name of", errno);
+  if (injected) Fail("fsync of", injected);
+  try {
+    file_->Sync();
+    file_->Close();
+    file_.reset();
+    env_->Rename(tmp_path_, path_);
+  } catch (const Error& e) {
+    Fail(e);
+  }
   committed_ = true;
   // Make the rename durable. The file is in place at this point; a failure here is still reported.
-  std::string dir = DirOf(path_);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    int err = errno;
-    if (dfd >= 0) ::close(dfd);
-    ZR_THROW(IoError, "{}", ErrnoMessage(Format("saved {} but could not sync its directory {}", path_, dir), err));
+  try {
+    env_->SyncDir(DirName(path_));
+  } catch (const Error& e) {
+    ZR_THROW(IoError, "saved {} but could not sync its directory: {}", path_, e.what());
   }
-  ::close(dfd);
 }
 
 void WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -267,19 +290,15 @@ bool AsU64(const rapidjson::Value& v, uint64_t* out) {
 
 }  // namespace
 
-SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) ZR_THROW(CheckpointError, "{}", ErrnoMessage(Format("cannot open safetensors file {}", path_), errno));
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    ZR_THROW(IoError, "{}", ErrnoMessage(Format("cannot stat {}", path_), err));
-  }
+SafetensorsReader::SafetensorsReader(std::string path, CheckpointEnv* env) : path_(std::move(path)) {
+  CheckpointEnv& fs = env ? *env : CheckpointEnv::Posix();
   try {
-    if (!S_ISREG(st.st_mode)) ZR_THROW(CheckpointError, "{}: not a regular file", path_);
-    file_bytes_ = static_cast<uint64_t>(st.st_size);
+    file_ = fs.NewReadableFile(path_);
+  } catch (const CheckpointError& e) {
+    ZR_THROW(CheckpointError, "cannot open safetensors file: {}", e.what());
+  }
+  {
+    file_bytes_ = file_->size();
     if (file_bytes_ < 8) {
       ZR_THROW(CheckpointError, "{}: file is {} bytes, shorter than the 8-byte header length (truncated?)", path_,
                file_bytes_);
@@ -379,30 +398,20 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     }
     index_.clear();
     for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
   }
 }
 
-SafetensorsReader::~SafetensorsReader() {
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsReader::~SafetensorsReader() = default;
 
-void SafetensorsReader::ReadAt(uint64_t offset, void* dst, size_t bytes) const {
-  char* p = static_cast<char*>(dst);
-  while (bytes > 0) {
-    ssize_t r = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      ZR_THROW(IoError, "{}", ErrnoMessage(Format("read of {} at offset {}", path_, offset), errno));
-    }
-    if (r == 0) ZR_THROW(CheckpointError, "{}: unexpected end of file at offset {} (file changed?)", path_, offset);
-    p += r;
-    bytes -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
+void SafetensorsReader::ReadAt(uint64_t offset, void* dst, size_t bytes) const { file_->ReadAt(offset, dst, bytes); }
+
+void SafetensorsReader::ReadData(uint64_t offset, void* dst, size_t bytes) const {
+  const uint64_t data_bytes = file_bytes_ - data_begin_;
+  if (offset > data_bytes || bytes > data_bytes - offset) {
+    ZR_THROW(CheckpointError, "{}: read of bytes [{}, {}) of the data region, which holds {}", path_, offset,
+             offset + bytes, data_bytes);
   }
+  ReadAt(data_begin_ + offset, dst, bytes);
 }
 
 const SafetensorsTensorInfo* SafetensorsReader::Find(std::string_view name) const {

@@ -2,18 +2,22 @@
 // header length N, N bytes of JSON {"<name>": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
 // "__metadata__": {string: string}} padded with spaces, then the tensors' raw little-endian bytes,
 // contiguous, offsets relative to the end of the header. Used for the 16-bit model save
-// (Engine::Save16BitModel): the writer streams one tensor at a time, so a ZeRO-3 save never holds the
-// full model, and publishes the file atomically.
+// (Engine::Save16BitModel) and the training checkpoint's shard files (runtime/checkpoint*.h): the
+// writer streams one tensor (or one piece of a tensor) at a time, so a ZeRO-3 save never holds the
+// full model, and publishes the file atomically. All file access goes through CheckpointEnv.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "zerorun/core/error.h"
 #include "zerorun/core/tensor.h"
+#include "zerorun/runtime/checkpoint_env.h"
 
 namespace zerorun::runtime {
 
@@ -36,6 +40,8 @@ struct SafetensorsWriterOptions {
   // write at) and before fsync(2) (op "fsync"); a non-zero return is taken as that errno from the
   // system call. Null in production.
   std::function<int(std::string_view op, uint64_t offset)> inject_errno;
+  // The file system (nullptr: CheckpointEnv::Posix()). Not owned; must outlive the writer.
+  CheckpointEnv* env = nullptr;
 };
 
 // Streaming writer with atomic publication.
@@ -68,6 +74,10 @@ class SafetensorsWriter {
   void Append(const Tensor& t);
   // Appends the next declared tensor from raw bytes (exactly its byte size).
   void Append(const void* data, size_t bytes);
+  // Appends the next `bytes` of the tensor being written (the next declared one, or the one a previous
+  // AppendPart started): a tensor may arrive in any number of pieces, so a caller streaming a huge
+  // tensor needs only a piece-sized buffer. InvalidArgument when `bytes` runs past the tensor's end.
+  void AppendPart(const void* data, size_t bytes);
   // Publishes the file at path() (see the contract above).
   void Commit();
 
@@ -83,14 +93,17 @@ class SafetensorsWriter {
   void WriteAll(const void* data, size_t bytes);
   void Flush();
   [[noreturn]] void Fail(const std::string& what, int err);
+  [[noreturn]] void Fail(const Error& e);
   void Discard() noexcept;
 
   std::string path_;
   std::string tmp_path_;
   SafetensorsWriterOptions options_;
+  CheckpointEnv* env_ = nullptr;
   std::vector<SafetensorsTensorInfo> entries_;
   size_t next_ = 0;
-  int fd_ = -1;
+  uint64_t part_bytes_ = 0;  // bytes of entries_[next_] already appended by AppendPart
+  std::unique_ptr<WritableFile> file_;
   bool committed_ = false;
   bool failed_ = false;
   uint64_t offset_ = 0;      // bytes handed to write(2) so far
@@ -113,7 +126,8 @@ void WriteSafetensors(const std::string& path, const std::vector<std::pair<std::
 // in data order. Reads are positional, so a const reader may be used from several threads.
 class SafetensorsReader {
  public:
-  explicit SafetensorsReader(std::string path);
+  // `env` (nullptr: CheckpointEnv::Posix()) must outlive the reader.
+  explicit SafetensorsReader(std::string path, CheckpointEnv* env = nullptr);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
@@ -130,12 +144,16 @@ class SafetensorsReader {
   void ReadInto(const SafetensorsTensorInfo& info, const Tensor& dst) const;
   // Offset of the data region in the file (8 + header length).
   uint64_t data_begin() const { return data_begin_; }
+  uint64_t file_bytes() const { return file_bytes_; }
+  // Reads `bytes` raw bytes at `offset` relative to the data region (for ranged reads of part of a
+  // tensor); CheckpointError when the range leaves the data region.
+  void ReadData(uint64_t offset, void* dst, size_t bytes) const;
 
  private:
   void ReadAt(uint64_t offset, void* dst, size_t bytes) const;
 
   std::string path_;
-  int fd_ = -1;
+  std::unique_ptr<ReadableFile> file_;
   uint64_t file_bytes_ = 0;
   uint64_t data_begin_ = 0;
   std::vector<SafetensorsTensorInfo> tensors_;

@@ -1,0 +1,276 @@
+// The POSIX CheckpointEnv: open/write/fsync/rename/renameat2 with every failure carrying its errno.
+#include "zerorun/runtime/checkpoint_env.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc >= 2.28)
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "zerorun/core/error.h"
+
+namespace zerorun::runtime {
+
+namespace {
+
+[[noreturn]] void ThrowErrno(const std::string& what, int err) { ZR_THROW(IoError, "{}", ErrnoMessage(what, err)); }
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void Append(const void* data, size_t bytes) override {
+    CheckOpen();
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t r = ::write(fd_, p, bytes);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        ThrowErrno(Format("write to {}", path_), errno);
+      }
+      p += r;
+      bytes -= static_cast<size_t>(r);
+    }
+  }
+  void Sync() override {
+    CheckOpen();
+    if (::fsync(fd_) != 0) ThrowErrno(Format("fsync of {}", path_), errno);
+  }
+  void Close() override {
+    CheckOpen();
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) ThrowErrno(Format("close of {}", path_), errno);
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  void CheckOpen() const {
+    if (fd_ < 0) ZR_THROW(InvalidArgument, "{}: file already closed", path_);
+  }
+  std::string path_;
+  int fd_;
+};
+
+class PosixReadableFile final : public ReadableFile {
+ public:
+  PosixReadableFile(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  ~PosixReadableFile() override { ::close(fd_); }
+  uint64_t size() const override { return size_; }
+  void ReadAt(uint64_t offset, void* dst, size_t bytes) const override {
+    char* p = static_cast<char*>(dst);
+    while (bytes > 0) {
+      ssize_t r = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        ThrowErrno(Format("read of {} at offset {}", path_, offset), errno);
+      }
+      if (r == 0) {
+        ZR_THROW(CheckpointError, "{}: unexpected end of file at offset {} (truncated or changed while reading?)",
+                 path_, offset);
+      }
+      p += r;
+      bytes -= static_cast<size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  int fd_;
+  uint64_t size_;
+};
+
+class PosixEnv final : public CheckpointEnv {
+ public:
+  std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) ThrowErrno(Format("cannot create {}", path), errno);
+    return std::make_unique<PosixWritableFile>(path, fd);
+  }
+
+  std::unique_ptr<ReadableFile> NewReadableFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == ENOENT || err == ENOTDIR) {
+        ZR_THROW(CheckpointError, "{}", ErrnoMessage(Format("cannot open {}", path), err));
+      }
+      ThrowErrno(Format("cannot open {}", path), err);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      ThrowErrno(Format("cannot stat {}", path), err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      ZR_THROW(CheckpointError, "{}: not a regular file", path);
+    }
+    return std::make_unique<PosixReadableFile>(path, fd, static_cast<uint64_t>(st.st_size));
+  }
+
+  FileStat Stat(const std::string& path) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      int err = errno;
+      if (err == ENOENT || err == ENOTDIR) return {};
+      ThrowErrno(Format("cannot stat {}", path), err);
+    }
+    FileStat out;
+    if (S_ISREG(st.st_mode)) {
+      out.kind = FileKind::kFile;
+      out.bytes = static_cast<uint64_t>(st.st_size);
+    } else if (S_ISDIR(st.st_mode)) {
+      out.kind = FileKind::kDirectory;
+    } else {
+      out.kind = FileKind::kOther;
+    }
+    return out;
+  }
+
+  std::vector<std::string> ListDir(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) ThrowErrno(Format("cannot list directory {}", dir), errno);
+    std::vector<std::string> names;
+    errno = 0;
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+      errno = 0;
+    }
+    int err = errno;
+    ::closedir(d);
+    if (err != 0) ThrowErrno(Format("cannot list directory {}", dir), err);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  void CreateDir(const std::string& dir) override {
+    if (::mkdir(dir.c_str(), 0755) == 0) return;
+    int err = errno;
+    if (err == EEXIST) {
+      FileStat st = Stat(dir);
+      if (st.kind == FileKind::kDirectory) return;
+      ZR_THROW(IoError, "cannot create directory {}: it exists and is {}, not a directory", dir,
+               st.kind == FileKind::kFile ? "a file" : "something else");
+    }
+    if (err == ENOTDIR) {
+      ZR_THROW(IoError, "cannot create directory {}: a component of its parent is a file, not a directory", dir);
+    }
+    ThrowErrno(Format("cannot create directory {}", dir), err);
+  }
+
+  void Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) ThrowErrno(Format("cannot rename {} to {}", from, to), errno);
+  }
+
+  bool Exchange(const std::string& a, const std::string& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+    int err = errno;
+    if (err == EINVAL || err == ENOSYS) return false;
+    ThrowErrno(Format("cannot exchange {} and {}", a, b), err);
+  }
+
+  void SyncDir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) ThrowErrno(Format("cannot open directory {} to sync it", dir), errno);
+    if (::fsync(fd) != 0) {
+      int err = errno;
+      ::close(fd);
+      ThrowErrno(Format("fsync of directory {}", dir), err);
+    }
+    ::close(fd);
+  }
+
+  void RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) ThrowErrno(Format("cannot remove {}", path), errno);
+  }
+
+  void RemoveAll(const std::string& path) override {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return;
+      ThrowErrno(Format("cannot stat {}", path), errno);
+    }
+    if (S_ISDIR(st.st_mode)) {
+      for (const std::string& n : ListDir(path)) RemoveAll(JoinPath(path, n));
+      if (::rmdir(path.c_str()) != 0 && errno != ENOENT) ThrowErrno(Format("cannot remove directory {}", path), errno);
+      return;
+    }
+    RemoveFile(path);
+  }
+};
+
+}  // namespace
+
+CheckpointEnv& CheckpointEnv::Posix() {
+  static PosixEnv env;
+  return env;
+}
+
+void CheckpointEnv::CreateDirs(const std::string& dir) {
+  if (dir.empty() || dir == "." || dir == "/") return;
+  FileStat st = Stat(dir);
+  if (st.kind == FileKind::kDirectory) return;
+  if (st.kind == FileKind::kMissing) CreateDirs(DirName(dir));
+  CreateDir(dir);
+}
+
+std::string CheckpointEnv::ReadFileToString(const std::string& path) {
+  std::unique_ptr<ReadableFile> f = NewReadableFile(path);
+  std::string out(f->size(), '\0');
+  f->ReadAt(0, out.data(), out.size());
+  return out;
+}
+
+void CheckpointEnv::WriteFileAtomic(const std::string& path, const std::string& bytes, const std::string& suffix) {
+  const std::string tmp = path + ".tmp." + suffix;
+  try {
+    std::unique_ptr<WritableFile> f = NewWritableFile(tmp);
+    f->Append(bytes.data(), bytes.size());
+    f->Sync();
+    f->Close();
+    Rename(tmp, path);
+  } catch (...) {
+    try {
+      RemoveFile(tmp);
+    } catch (const Error&) {  // the original failure is the one to report
+    }
+    throw;
+  }
+  SyncDir(DirName(path));
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+std::string DirName(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+std::string BaseName(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+}  // namespace zerorun::runtime
