@@ -48,6 +48,7 @@ class DistributedSampler {
   DistributedSampler(const TokenDataset& dataset, const SamplerOptions& options);
 
   int64_t num_windows() const { return static_cast<int64_t>(window_doc_.size()); }
+  const SamplerOptions& options() const { return options_; }
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
   // The next batch; moves the cursor (to the next epoch after the last batch of one).
