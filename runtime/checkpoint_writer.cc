@@ -222,14 +222,15 @@ CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const Checkpoint
   // 1. Rank 0 prepares and tells everyone the tag and save id (or its error).
   std::string tag = options.tag;
   std::string save_id;
-  std::string staging;
+  std::string staging;  // set on rank 0 once the staging directory exists
   std::string plan;
   if (rank == 0) {
     if (error.empty()) {
       save_id = NewSaveId();
-      staging = JoinPath(options.save_dir, kStagingPrefix + tag + "." + save_id);
+      const std::string path = JoinPath(options.save_dir, kStagingPrefix + tag + "." + save_id);
       try {
-        Prepare(env, options.save_dir, tag, staging);
+        Prepare(env, options.save_dir, tag, path);
+        staging = path;
       } catch (const Error& e) {
         error = std::string(1, kIoError) + e.what();
       }

@@ -151,7 +151,7 @@ void SafetensorsWriter::Discard() noexcept {
   if (tmp_path_.empty()) return;
   try {
     env_->RemoveFile(tmp_path_);
-  } catch (const Error&) {  // best effort: the failure being reported matters more
+  } catch (...) {  // best effort (and never from a destructor): the failure being reported matters more
   }
 }
 

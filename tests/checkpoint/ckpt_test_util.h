@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -228,8 +229,9 @@ struct SimulatedCrash : std::exception {
 //   fail_append      Append to a path containing `fail_path` fails with `fail_errno` once
 //                    `fail_after_bytes` bytes went to that file, after writing what fits (a short
 //                    write);
-//   fail_op          the first op named `fail_op_name` ("sync", "rename", "syncdir", "mkdir") on a
-//                    path containing fail_path fails with fail_errno.
+//   fail_op          the first op for which fail_op(name, path) is true fails with fail_errno (names:
+//                    "create", "append", "sync", "close", "rename", "exchange", "mkdir", "syncdir",
+//                    "remove").
 // DropUnsyncedData() then simulates power loss: files lose what was appended after their last Sync,
 // and creations, renames, exchanges and mkdirs whose directory was never fsynced afterwards are
 // undone, newest first. (Removals are taken as durable: they only ever remove temporaries.)
@@ -239,7 +241,7 @@ class FaultEnv final : public CheckpointEnv {
   std::string fail_path;
   int fail_errno = ENOSPC;
   int64_t fail_after_bytes = -1;
-  std::string fail_op_name;
+  std::function<bool(const std::string& op, const std::string& path)> fail_op;
 
   int64_t ops() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -262,7 +264,9 @@ class FaultEnv final : public CheckpointEnv {
         case Pending::kCreate: fs::remove(it->a, ec); break;
         case Pending::kMkdir: fs::remove_all(it->a, ec); break;
         case Pending::kRename:
+          // Back to before the rename, the file it replaced included.
           if (fs::exists(it->b, ec)) fs::rename(it->b, it->a, ec);
+          if (it->replaced) WriteBytes(it->b, *it->replaced);
           break;
         case Pending::kExchange: posix_.Exchange(it->a, it->b); break;
       }
@@ -300,13 +304,15 @@ class FaultEnv final : public CheckpointEnv {
   }
   void Rename(const std::string& from, const std::string& to) override {
     Op("rename", from);
+    std::optional<std::string> replaced;
+    if (posix_.Stat(to).kind == FileKind::kFile) replaced = ReadBytes(to);
     posix_.Rename(from, to);
     std::lock_guard<std::mutex> lock(mu_);
     if (files_.count(from)) {
       files_[to] = files_[from];
       files_.erase(from);
     }
-    pending_.push_back({Pending::kRename, from, to, DirName(to)});
+    pending_.push_back({Pending::kRename, from, to, DirName(to), std::move(replaced)});
   }
   bool Exchange(const std::string& a, const std::string& b) override {
     Op("exchange", a);
@@ -340,6 +346,7 @@ class FaultEnv final : public CheckpointEnv {
     enum Kind { kCreate, kMkdir, kRename, kExchange } kind;
     std::string a, b;
     std::string dir;  // the directory whose fsync makes it durable
+    std::optional<std::string> replaced = std::nullopt;  // kRename: the bytes of the file `b` replaced
   };
 
   class File final : public WritableFile {
@@ -393,8 +400,8 @@ class FaultEnv final : public CheckpointEnv {
       throw SimulatedCrash();
     }
     ++ops_;
-    if (!fail_op_name.empty() && fail_op_name == name && Contains(path, fail_path)) {
-      fail_op_name.clear();
+    if (fail_op && fail_op(name, path)) {
+      fail_op = nullptr;
       ZR_THROW(IoError, "{}", ErrnoMessage(Format("{} of {}", name, path), fail_errno));
     }
   }
