@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <random>
@@ -210,6 +211,23 @@ void RemoveQuietly(CheckpointEnv& env, const std::string& path) {
 
 bool IsCheckpointTemporary(const std::string& name) {
   return name.rfind(kStagingPrefix, 0) == 0 || name.rfind(kOldPrefix, 0) == 0 || name.rfind(kLatestTmpPrefix, 0) == 0;
+}
+
+void RemoveCheckpoint(const std::string& save_dir, const std::string& tag, CheckpointEnv* env_in) {
+  CheckpointEnv& env = env_in ? *env_in : CheckpointEnv::Posix();
+  ValidateCheckpointTag(tag);
+  const std::string dir = JoinPath(save_dir, tag);
+  if (env.Stat(dir).kind == FileKind::kMissing) return;
+  const std::string latest = JoinPath(save_dir, kCheckpointLatestFile);
+  if (env.Stat(latest).kind == FileKind::kFile) {
+    std::string named = env.ReadFileToString(latest);
+    while (!named.empty() && std::isspace(static_cast<unsigned char>(named.back()))) named.pop_back();
+    if (named == tag) ZR_THROW(InvalidArgument, "will not remove checkpoint {}: 'latest' names it", dir);
+  }
+  const std::string doomed = JoinPath(save_dir, kOldPrefix + tag + "." + NewSaveId());
+  env.Rename(dir, doomed);
+  env.SyncDir(save_dir);
+  env.RemoveAll(doomed);
 }
 
 CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const CheckpointWriteOptions& options,

@@ -93,4 +93,10 @@ CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const Checkpoint
 // The names WriteCheckpoint uses for temporaries in save_dir (and removes at the start of a save).
 bool IsCheckpointTemporary(const std::string& name);
 
+// Deletes checkpoint <save_dir>/<tag> crash-safely: it is first renamed to a temporary name (and
+// save_dir fsynced), then removed, so a crash never leaves a half-deleted checkpoint under its tag —
+// only a temporary that loaders ignore and the next save removes. Refuses (InvalidArgument) the tag
+// `latest` names; a missing tag is not an error. Not a collective: call it on one rank.
+void RemoveCheckpoint(const std::string& save_dir, const std::string& tag, CheckpointEnv* env = nullptr);
+
 }  // namespace zerorun::runtime
