@@ -167,22 +167,34 @@ void SafetensorsWriter::Fail(const Error& e) {
   ZR_THROW(IoError, "cannot save {}: {}", path_, e.what());
 }
 
-void SafetensorsWriter::Flush() {
-  if (buffer_.empty()) return;
+void SafetensorsWriter::WriteOut(const void* data, size_t bytes) {
   int injected = options_.inject_errno ? options_.inject_errno("write", offset_) : 0;
   if (injected) Fail("write to", injected);
   try {
-    file_->Append(buffer_.data(), buffer_.size());
+    file_->Append(data, bytes);
   } catch (const Error& e) {
     Fail(e);
   }
-  offset_ += buffer_.size();
+  offset_ += bytes;
+}
+
+void SafetensorsWriter::Flush() {
+  if (buffer_.empty()) return;
+  WriteOut(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
 void SafetensorsWriter::WriteAll(const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
+    if (buffer_.empty() && bytes >= kBufferBytes) {
+      // Large pieces go straight from the caller's memory to the file, without the copy.
+      const size_t n = bytes - bytes % kBufferBytes;
+      WriteOut(p, n);
+      p += n;
+      bytes -= n;
+      continue;
+    }
     size_t n = std::min(bytes, kBufferBytes - buffer_.size());
     buffer_.insert(buffer_.end(), p, p + n);
     p += n;

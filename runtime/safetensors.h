@@ -91,6 +91,7 @@ class SafetensorsWriter {
 
  private:
   void WriteAll(const void* data, size_t bytes);
+  void WriteOut(const void* data, size_t bytes);  // one Append to the file (and the fault hook)
   void Flush();
   [[noreturn]] void Fail(const std::string& what, int err);
   [[noreturn]] void Fail(const Error& e);
