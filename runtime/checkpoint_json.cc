@@ -90,6 +90,26 @@ void Key(JsonWriter& w, std::string_view key) { w.Key(key.data(), static_cast<ra
 
 void Str(JsonWriter& w, std::string_view s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
 
+void PutStr(JsonWriter& w, std::string_view key, std::string_view value) {
+  Key(w, key);
+  Str(w, value);
+}
+
+void PutInt(JsonWriter& w, std::string_view key, int64_t value) {
+  Key(w, key);
+  w.Int64(value);
+}
+
+void PutUint(JsonWriter& w, std::string_view key, uint64_t value) {
+  Key(w, key);
+  w.Uint64(value);
+}
+
+void PutBool(JsonWriter& w, std::string_view key, bool value) {
+  Key(w, key);
+  w.Bool(value);
+}
+
 void RawObject(JsonWriter& w, const std::string& json, const char* what) {
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseFullPrecisionFlag>(json.data(), json.size());

@@ -47,6 +47,11 @@ std::string ToText(const Value& v);
 // Writer conveniences.
 void Key(JsonWriter& w, std::string_view key);
 void Str(JsonWriter& w, std::string_view s);
+// "key": value members.
+void PutStr(JsonWriter& w, std::string_view key, std::string_view value);
+void PutInt(JsonWriter& w, std::string_view key, int64_t value);
+void PutUint(JsonWriter& w, std::string_view key, uint64_t value);
+void PutBool(JsonWriter& w, std::string_view key, bool value);
 // Writes already-serialised JSON (validated by parsing; InvalidArgument naming `what` if it is not a
 // JSON object).
 void RawObject(JsonWriter& w, const std::string& json, const char* what);

@@ -58,75 +58,54 @@ std::string TrainingStateToJson(const TrainingState& s) {
   rapidjson::StringBuffer buf;
   JsonWriter w(buf);
   w.StartObject();
-  Key(w, "global_steps");
-  w.Int64(s.global_steps);
-  Key(w, "global_samples");
-  w.Int64(s.global_samples);
-  Key(w, "micro_steps");
-  w.Int64(s.micro_steps);
-  Key(w, "skipped_steps");
-  w.Int64(s.skipped_steps);
+  PutInt(w, "global_steps", s.global_steps);
+  PutInt(w, "global_samples", s.global_samples);
+  PutInt(w, "micro_steps", s.micro_steps);
+  PutInt(w, "skipped_steps", s.skipped_steps);
   if (s.loss_scaler) {
     const LossScalerCheckpoint& l = *s.loss_scaler;
     Key(w, "loss_scaler");
     w.StartObject();
-    Key(w, "dynamic");
-    w.Bool(l.dynamic);
+    PutBool(w, "dynamic", l.dynamic);
     Key(w, "cur_scale");
     FiniteDouble(w, l.state.cur_scale, "loss_scaler.cur_scale");
-    Key(w, "cur_iter");
-    w.Int64(l.state.cur_iter);
-    Key(w, "last_overflow_iter");
-    w.Int64(l.state.last_overflow_iter);
-    Key(w, "cur_hysteresis");
-    w.Int(l.state.cur_hysteresis);
+    PutInt(w, "cur_iter", l.state.cur_iter);
+    PutInt(w, "last_overflow_iter", l.state.last_overflow_iter);
+    PutInt(w, "cur_hysteresis", l.state.cur_hysteresis);
     w.EndObject();
   }
   if (s.lr_scheduler) {
     Key(w, "lr_scheduler");
     w.StartObject();
-    Key(w, "type");
-    Str(w, s.lr_scheduler->type);
-    Key(w, "last_batch_iteration");
-    w.Int64(s.lr_scheduler->last_batch_iteration);
+    PutStr(w, "type", s.lr_scheduler->type);
+    PutInt(w, "last_batch_iteration", s.lr_scheduler->last_batch_iteration);
     w.EndObject();
   }
   if (s.sampler) {
     const SamplerCheckpoint& d = *s.sampler;
     Key(w, "sampler");
     w.StartObject();
-    Key(w, "epoch");
-    w.Int64(d.cursor.epoch);
-    Key(w, "batch");
-    w.Int64(d.cursor.batch);
-    Key(w, "batch_size");
-    w.Int64(d.batch_size);
-    Key(w, "seq_len");
-    w.Int64(d.seq_len);
-    Key(w, "world_size");
-    w.Int(d.world_size);
-    Key(w, "seed");
-    w.Uint64(d.seed);
-    Key(w, "shuffle");
-    w.Bool(d.shuffle);
-    Key(w, "drop_last");
-    w.Bool(d.drop_last);
-    Key(w, "num_windows");
-    w.Int64(d.num_windows);
+    PutInt(w, "epoch", d.cursor.epoch);
+    PutInt(w, "batch", d.cursor.batch);
+    PutInt(w, "batch_size", d.batch_size);
+    PutInt(w, "seq_len", d.seq_len);
+    PutInt(w, "world_size", d.world_size);
+    PutUint(w, "seed", d.seed);
+    PutBool(w, "shuffle", d.shuffle);
+    PutBool(w, "drop_last", d.drop_last);
+    PutInt(w, "num_windows", d.num_windows);
     w.EndObject();
   }
   if (s.rng) {
     Key(w, "rng");
     w.StartObject();
-    Key(w, "seed");
-    w.Uint64(s.rng->seed);
+    PutUint(w, "seed", s.rng->seed);
     Key(w, "calls");
     w.StartObject();
     std::set<std::string> seen;
     for (const auto& [path, calls] : s.rng->calls) {
       if (!seen.insert(path).second) ZR_THROW(InvalidArgument, "checkpoint state: rng module '{}' appears twice", path);
-      Key(w, path);
-      w.Uint64(calls);
+      PutUint(w, path, calls);
     }
     w.EndObject();
     w.EndObject();
