@@ -90,7 +90,7 @@ TEST_CASE(kTestName) {
       const CheckpointTensor& t = *m.FindTensor("h.1.mlp.w");
       Tensor got = reader.ReadTensor(t.name, "exp_avg");
       Tensor want = SlotValues(t, *t.FindSlot("exp_avg"), 0, t.numel(), VersionOf(tag));
-      CHECK(std::memcmp(got.data(), want.data(), want.nbytes()) == 0);
+      CHECK(SameBytes(got, want));
       newest = std::max(newest, VersionOf(tag));
     }
     if (!latest) {

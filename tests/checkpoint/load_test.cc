@@ -229,7 +229,7 @@ TEST_CASE("checkpoint load: reads convert floating dtypes exactly and refuse wha
   CHECK(as_f32.ToVector() == SlotValues(t, *t.FindSlot(kSlotParam), 0, t.numel(), 7).ToVector());
   Tensor as_bf16 = reader.ReadTensor(t.name, kSlotFp32, DType::kBF16);
   Tensor want = SlotValues(t, *t.FindSlot(kSlotFp32), 0, t.numel(), 7).To(DType::kBF16);
-  CHECK(std::memcmp(as_bf16.data(), want.data(), want.nbytes()) == 0);
+  CHECK(SameBytes(as_bf16, want));
   CHECK(as_bf16.shape() == t.shape);
   CHECK(Contains(ErrorOf<CheckpointError>([&] { reader.ReadTensor("nope", kSlotFp32); }), "has no tensor 'nope'"));
   CHECK(Contains(ErrorOf<CheckpointError>([&] { reader.ReadTensor("lm_head.frozen", kSlotFp32); }),

@@ -86,7 +86,7 @@ void CheckRecoverable(const fs::path& dir, const CheckpointManifest& m, const st
     bool matched = false;
     for (int v : versions.at(tag)) {
       Tensor want = SlotValues(t, *t.FindSlot(kSlotFp32), 0, t.numel(), v);
-      matched = matched || std::memcmp(got.data(), want.data(), want.nbytes()) == 0;
+      matched = matched || SameBytes(got, want);
     }
     CHECK(matched);
   }

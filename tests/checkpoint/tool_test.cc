@@ -172,7 +172,7 @@ TEST_CASE("zerorun-ckpt export: fp32 masters (param where none), bf16, and Huggi
     CHECK(got.dtype() == DType::kBF16);
     const CheckpointSlot* s = t.FindSlot(kSlotFp32) ? t.FindSlot(kSlotFp32) : t.FindSlot(kSlotParam);
     Tensor want = SlotValues(t, *s, 0, t.numel(), 3).To(DType::kBF16);
-    CHECK(std::memcmp(got.data(), want.data(), want.nbytes()) == 0);
+    CHECK(SameBytes(got, want));
     total += want.nbytes();
   }
   CHECK(index["metadata"]["total_size"].GetUint64() == total);
