@@ -1,8 +1,9 @@
 // CheckpointEnv: the one seam through which checkpoint (and safetensors) code touches the file
 // system, in the manner of LevelDB's Env. Production uses the POSIX implementation; tests wrap it to
 // inject ENOSPC, short writes, EIO and crash points, and to drop what was never fsynced
-// (tests/checkpoint/fault_env.h). Kept small on purpose: when offload/ grows its own I/O Env (it sits
-// above runtime/ in the layer order) this seam can become a thin adapter over it.
+// (tests/checkpoint/ckpt_test_util.h: FaultEnv). Whole-file operations (rename, renameat2 exchange,
+// directory fsync and listing) because the crash model is about them; offload::FileEnv, the I/O
+// engines' syscall-level seam, has none of those yet (docs/checkpoint.md).
 //
 // Errors: every operation that fails throws IoError whose message names the path and the errno text.
 // Paths are plain strings ("/" separated); nothing here resolves or normalises them.

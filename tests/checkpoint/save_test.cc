@@ -6,6 +6,8 @@
 // checkpoint and every older checkpoint intact.
 #include <doctest/doctest.h>
 
+#include <sys/mount.h>
+
 #include <set>
 
 #include "ckpt_test_util.h"
@@ -366,6 +368,47 @@ TEST_CASE("checkpoint save: disk full on one rank is an IoError on every rank an
   CHECK_FALSE(HasTemporaries(d));
   CheckSyntheticValues((d / "global_step1").string(), m, 1);
   fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint save: a really full file system (a small tmpfs) fails the save and keeps the previous one") {
+  const CheckpointManifest m = SyntheticManifest();
+  // How much one checkpoint takes, measured on the normal temporary directory.
+  fs::path probe = TempDir("tmpfs_probe");
+  WriteSynthetic(m, Layout::kFlat, 2, Options(probe, "t"), 1);
+  uint64_t one = 0;
+  for (const auto& e : fs::recursive_directory_iterator(probe)) {
+    if (e.is_regular_file()) one += (e.file_size() + 4095) / 4096 * 4096;
+  }
+  fs::remove_all(probe);
+  fs::path d = TempDir("tmpfs");
+  const std::string size = "size=" + std::to_string((one * 3 / 2 + 4095) / 4096 * 4096);
+  if (::mount("tmpfs", d.c_str(), "tmpfs", 0, size.c_str()) != 0) {
+    MESSAGE("[zerorun-skip] mounting a tmpfs needs root (" << std::strerror(errno) << ")");
+    fs::remove_all(d);
+    return;
+  }
+  struct Unmount {
+    fs::path dir;
+    ~Unmount() {
+      ::umount(dir.c_str());
+      fs::remove_all(dir);
+    }
+  } unmount{d};
+  WriteSynthetic(m, Layout::kFlat, 2, Options(d, "step1"), 1);
+  const auto before = Snapshot(d);
+  std::vector<std::string> errors = SaveErrors<IoError>(2, [&](comm::Communicator& comm) {
+    Tensor held;
+    WriteCheckpoint(comm, Options(d, "step2"), Contents(m, Layout::kFlat, 2, comm.rank(), &held, 2));
+  });
+  for (const std::string& e : errors) {
+    CAPTURE(e);
+    CHECK(Contains(e, "nothing was published"));
+    CHECK(Contains(e, std::strerror(ENOSPC)));
+  }
+  CHECK(Snapshot(d) == before);
+  CHECK_FALSE(HasTemporaries(d));  // the space the failed save took is given back
+  CheckSyntheticValues((d / "step1").string(), m, 1);
+  CHECK(ReadLatestCheckpointTag(d.string()) == std::optional<std::string>("step1"));
 }
 
 TEST_CASE("checkpoint save: a save directory that is a file fails every rank naming it") {
