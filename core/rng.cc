@@ -3,23 +3,13 @@
 
 #include <cmath>
 
+#include "zerorun/core/philox.h"
 #include "zerorun/core/thread_pool.h"
 
 namespace zerorun {
 namespace {
 
-constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-
-inline uint32_t MulHiLo(uint32_t a, uint32_t b, uint32_t* hi) {
-  uint64_t p = static_cast<uint64_t>(a) * b;
-  *hi = static_cast<uint32_t>(p >> 32);
-  return static_cast<uint32_t>(p);
-}
-
-inline uint32_t WordAt(uint64_t seed, uint64_t stream, uint64_t word) {
-  return Philox4x32(seed, stream, word >> 2)[word & 3];
-}
+inline uint32_t WordAt(uint64_t seed, uint64_t stream, uint64_t word) { return PhiloxWordAt(seed, stream, word); }
 
 inline float NormalAt(uint64_t seed, uint64_t stream, uint64_t index) {
   // Words 2*index and 2*index+1 sit in the same block (index*2 is even).
@@ -33,19 +23,8 @@ inline float NormalAt(uint64_t seed, uint64_t stream, uint64_t index) {
 }  // namespace
 
 std::array<uint32_t, 4> Philox4x32(uint64_t key, uint64_t counter_hi, uint64_t counter_lo) {
-  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
-  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, hi1;
-    uint32_t lo0 = MulHiLo(kM0, c0, &hi0);
-    uint32_t lo1 = MulHiLo(kM1, c2, &hi1);
-    uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return {c0, c1, c2, c3};
+  PhiloxWords b = Philox4x32Block(key, counter_hi, counter_lo);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 uint64_t HashName(std::string_view name) {

@@ -11,7 +11,8 @@
 
 namespace zerorun {
 
-// The Philox4x32-10 block for 128-bit counter (hi, lo) under 64-bit key.
+// The Philox4x32-10 block for 128-bit counter (hi, lo) under 64-bit key (core/philox.h computes it;
+// that header is also what device code calls).
 std::array<uint32_t, 4> Philox4x32(uint64_t key, uint64_t counter_hi, uint64_t counter_lo);
 
 // A stable 64-bit hash of a name (FNV-1a, then a SplitMix64 finaliser); same on every platform.

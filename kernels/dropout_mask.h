@@ -1,28 +1,30 @@
 // The dropout mask as a pure function of (seed, stream, index): element i is kept when the 24 high
 // bits of Philox word i, read as a uniform in [0, 1) (core's U32ToUniform), are >= p. Shared by every
-// backend so masks agree bit for bit (internal header).
+// backend, device code included (core/philox.h), so masks agree bit for bit (internal header).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "zerorun/core/rng.h"
+#include "zerorun/core/philox.h"
 
 namespace zerorun::kernels {
 
 // U32ToUniform(w) >= p  <=>  (w >> 8) >= ceil(p * 2^24): an integer test, exact for every float p.
+// Computed on the host; device kernels receive the threshold.
 inline uint32_t DropoutThreshold(float p) {
   return static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
 }
 
 // Keep flags of elements [4 * block, 4 * block + 4) of the word stream.
-inline void DropoutKeepBlock(uint64_t seed, uint64_t stream, uint64_t block, uint32_t threshold, bool keep[4]) {
-  auto w = Philox4x32(seed, stream, block);
-  for (int j = 0; j < 4; ++j) keep[j] = (w[j] >> 8) >= threshold;
+ZR_HOST_DEVICE inline void DropoutKeepBlock(uint64_t seed, uint64_t stream, uint64_t block, uint32_t threshold,
+                                            bool keep[4]) {
+  PhiloxWords w = Philox4x32Block(seed, stream, block);
+  for (int j = 0; j < 4; ++j) keep[j] = (w.w[j] >> 8) >= threshold;
 }
 
-inline bool DropoutKeep(uint64_t seed, uint64_t stream, uint64_t index, uint32_t threshold) {
-  return (Philox4x32(seed, stream, index >> 2)[index & 3] >> 8) >= threshold;
+ZR_HOST_DEVICE inline bool DropoutKeep(uint64_t seed, uint64_t stream, uint64_t index, uint32_t threshold) {
+  return (PhiloxWordAt(seed, stream, index) >> 8) >= threshold;
 }
 
 }  // namespace zerorun::kernels

@@ -1,4 +1,4 @@
-// The table of kernel implementations behind kernels/ops.h. Each backend (ref/, cpu/, later cuda/)
+// The table of kernel implementations behind kernels/ops.h. Each backend (ref/, cpu/, cuda/)
 // fills one KernelTable with functions of exactly these signatures; the public entries in ops.cc
 // validate arguments once and call the active table. Implementations may assume valid arguments
 // (non-negative sizes, supported dtypes, non-null pointers where the contract requires them).
@@ -63,7 +63,16 @@ struct KernelTable {
 const KernelTable& RefKernelTable();
 // SIMD (runtime ISA choice) and multithreaded through ThreadPool::Default().
 const KernelTable& CpuKernelTable();
-// The table for ActiveBackend().
+// The table the public entries run on this thread: ActiveBackend()'s for the CPU device, the
+// registered table of the KernelDevice()'s type otherwise (InvalidArgument when there is none).
 const KernelTable& ActiveKernelTable();
+
+// Device twins register their table at load time (kernels/cuda/table.cc registers "cuda" in CUDA
+// builds), as device backends do in core/device.h. HasKernelTable(kCPU) is always true.
+void RegisterKernelTable(DeviceType type, const KernelTable* table);
+bool HasKernelTable(DeviceType type);
+// The table for `device`: ActiveBackend()'s for the CPU; throws InvalidArgument naming the device when
+// no table is registered for its type.
+const KernelTable& KernelTableFor(Device device);
 
 }  // namespace zerorun::kernels

@@ -45,8 +45,11 @@ void CheckPtr(const char* op, const char* arg, const void* p, bool needed) {
   if (needed && p == nullptr) ZR_THROW(InvalidArgument, "{}: {} is null", op, arg);
 }
 
+// Host-side range check. Device tokens are not readable here: the device table checks them in its
+// kernels and throws the same message.
 void CheckTokens(const char* op, const char* arg, const int32_t* tokens, int64_t n, int64_t V, bool allow_ignore,
                  int32_t ignore_index) {
+  if (!KernelDevice().is_cpu()) return;
   for (int64_t i = 0; i < n; ++i) {
     int32_t t = tokens[i];
     if (allow_ignore && t == ignore_index) continue;
@@ -71,9 +74,55 @@ void SetKernelBackend(Backend backend) { g_backend.store(static_cast<int>(backen
 
 const char* BackendName(Backend backend) { return backend == Backend::kRef ? "ref" : "cpu"; }
 
-const KernelTable& ActiveKernelTable() {
-  return ActiveBackend() == Backend::kRef ? RefKernelTable() : CpuKernelTable();
+// ---- devices -------------------------------------------------------------------------------------
+
+namespace {
+thread_local Device t_device = Device::CPU();
+thread_local Stream* t_stream = nullptr;
+
+std::atomic<const KernelTable*>& DeviceTableSlot(DeviceType type) {
+  static std::atomic<const KernelTable*> slots[2] = {nullptr, nullptr};  // one per DeviceType
+  return slots[static_cast<size_t>(type)];
 }
+}  // namespace
+
+KernelDeviceScope::KernelDeviceScope(Device device, Stream* stream)
+    : previous_device_(t_device), previous_stream_(t_stream) {
+  if (stream != nullptr && !(stream->device() == device)) {
+    ZR_THROW(InvalidArgument, "KernelDeviceScope: the stream belongs to {}, not to {}", stream->device().ToString(),
+             device.ToString());
+  }
+  t_device = device;
+  t_stream = stream;
+}
+
+KernelDeviceScope::~KernelDeviceScope() {
+  t_device = previous_device_;
+  t_stream = previous_stream_;
+}
+
+Device KernelDevice() { return t_device; }
+Stream* KernelStream() { return t_stream; }
+
+void RegisterKernelTable(DeviceType type, const KernelTable* table) {
+  if (type != DeviceType::kCPU) DeviceTableSlot(type).store(table, std::memory_order_release);
+}
+
+bool HasKernelTable(DeviceType type) {
+  return type == DeviceType::kCPU || DeviceTableSlot(type).load(std::memory_order_acquire) != nullptr;
+}
+
+const KernelTable& KernelTableFor(Device device) {
+  if (device.is_cpu()) return ActiveBackend() == Backend::kRef ? RefKernelTable() : CpuKernelTable();
+  const KernelTable* t = DeviceTableSlot(device.type).load(std::memory_order_acquire);
+  if (t == nullptr) {
+    ZR_THROW(InvalidArgument, "kernels: no kernel table for {}: zerorun was built without CUDA (reconfigure "
+             "with -DZERORUN_CUDA=ON on a machine with the CUDA toolkit)", device.ToString());
+  }
+  return *t;
+}
+
+const KernelTable& ActiveKernelTable() { return KernelTableFor(t_device); }
 
 // ---- GEMM ----------------------------------------------------------------------------------------
 

@@ -17,11 +17,17 @@
 //    unless the op says so. Sizes of 0 are allowed (nothing happens; pointers may then be null).
 //  - Thread safety: every op may be called concurrently from several threads on disjoint outputs
 //    (the local comm backend runs ranks as threads). Scratch is per call or per thread.
+//  - Devices: ops run on the calling thread's kernel device (KernelDeviceScope below; the CPU unless a
+//    scope says otherwise). On a CUDA device every pointer is device memory, work is enqueued on the
+//    scope's stream in call order and the call returns before it completes, except for ops that
+//    return a value to the host (CrossEntropy, SumSquares, AllFinite) or must report bad tokens or
+//    targets (EmbeddingForward/Backward, CrossEntropy): those wait for the stream.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "zerorun/core/device.h"
 #include "zerorun/core/dtype.h"
 
 namespace zerorun::kernels {
@@ -36,6 +42,28 @@ Backend ActiveBackend();
 // backend they started with.
 void SetKernelBackend(Backend backend);
 const char* BackendName(Backend backend);
+
+// ---- device selection ------------------------------------------------------------------------------
+
+// Makes the calling thread's kernel calls run on `device`, ordered on `stream` (nullptr: the device's
+// default stream), until the scope ends; scopes nest and restore the previous device and stream. The
+// CPU device runs the ActiveBackend() table; a CUDA device runs the CUDA table (kernels/cuda/), which
+// exists when zerorun is built with CUDA: otherwise the first op throws InvalidArgument saying so.
+// A stream of another device is refused (InvalidArgument). REQUIRES: `stream` outlives the scope.
+class KernelDeviceScope {
+ public:
+  explicit KernelDeviceScope(Device device, Stream* stream = nullptr);
+  ~KernelDeviceScope();
+  KernelDeviceScope(const KernelDeviceScope&) = delete;
+  KernelDeviceScope& operator=(const KernelDeviceScope&) = delete;
+
+ private:
+  Device previous_device_;
+  Stream* previous_stream_;
+};
+// The calling thread's kernel device and stream (Device::CPU() and nullptr outside any scope).
+Device KernelDevice();
+Stream* KernelStream();
 
 // ---- GEMM ----------------------------------------------------------------------------------------
 
