@@ -30,8 +30,14 @@ __global__ void FillKernel(T* out, float value, int64_t n) {
   ZR_GRID_STRIDE(i, n) out[i] = v;
 }
 
+// Through fp32 unless fp64 is involved (so NaN payloads survive exactly as on the CPU), else through
+// double as the reference does.
 __global__ void CopyKernel(void* dst, DType dt, const void* src, DType st, int64_t n) {
-  ZR_GRID_STRIDE(i, n) StoreAnyD(dst, dt, i, LoadAnyD(src, st, i));
+  if (dt != DType::kF64 && st != DType::kF64) {
+    ZR_GRID_STRIDE(i, n) StoreAny(dst, dt, i, LoadAny(src, st, i));
+  } else {
+    ZR_GRID_STRIDE(i, n) StoreAnyD(dst, dt, i, LoadAnyD(src, st, i));
+  }
 }
 
 template <typename T>

@@ -2,7 +2,7 @@
 //   softmax: y = exp(x - max) / sum exp(x - max);  dx = y (dout - sum(dout y))
 //   cross-entropy of a row with target k: loss = lse - x_k, lse = max + log(sum exp(x - max));
 //     dlogits = (exp(x - lse) - onehot(k)) * grad_scale / count
-// Cross-entropy runs three kernels: count the counted rows and find bad targets (the row kernel then
+// Row sums of exponentials are kept in double. Cross-entropy runs three kernels: count the counted rows and find bad targets (the row kernel then
 // touches nothing if one was found, so an error leaves dlogits and logits as they were), the rows, and
 // the total loss summed in row order in double. It returns the mean to the host, so it waits.
 #include "zerorun/kernels/cuda/common.cuh"
@@ -16,15 +16,16 @@ constexpr int kRowThreads = 512;
 template <typename T>
 __global__ void SoftmaxForwardKernel(T* out, const T* x, int64_t C) {
   __shared__ float shared[32];
+  __shared__ double dshared[32];
   const T* xr = x + static_cast<int64_t>(blockIdx.x) * C;
   T* yr = out + static_cast<int64_t>(blockIdx.x) * C;
   float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mx = fmaxf(mx, ToF32(xr[c]));
   mx = BlockMax(mx, shared);
-  float sum = 0.0f;
+  double sum = 0.0;  // wide rows (a vocabulary) keep fp32 accuracy
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += expf(ToF32(xr[c]) - mx);
-  sum = BlockSum(sum, shared);
-  const float inv = 1.0f / sum;
+  sum = BlockSum(sum, dshared);
+  const float inv = static_cast<float>(1.0 / sum);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yr[c] = FromF32<T>(expf(ToF32(xr[c]) - mx) * inv);
 }
 
@@ -82,13 +83,14 @@ __global__ void CrossEntropyRowKernel(T* dlogits, float* losses, float* row_loss
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
   const float x_target = ignored ? 0.0f : ToF32(xr[target]);  // read before dlogits may overwrite it
+  __shared__ double dshared[32];
   float mx = -INFINITY;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, ToF32(xr[v]));
   mx = BlockMax(mx, shared);
-  float sum = 0.0f;
+  double sum = 0.0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(ToF32(xr[v]) - mx);
-  sum = BlockSum(sum, shared);
-  const float lse = mx + logf(sum);
+  sum = BlockSum(sum, dshared);
+  const float lse = static_cast<float>(static_cast<double>(mx) + log(sum));
   const float loss = ignored ? 0.0f : lse - x_target;
   if (threadIdx.x == 0) {
     row_loss[row] = loss;

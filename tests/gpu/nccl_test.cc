@@ -1,7 +1,7 @@
 // The `nccl` backend on real GPUs: rendezvous through the store (InitFromEnv), every collective on
 // device buffers with closed-form data checked on the host, split groups, and accounting. One rank
 // per GPU (NCCL does not allow two ranks on one device): world size = min(GPUs, 4); with one GPU the
-// single-rank paths still run the whole NCCL setup. Skips when no GPU is visible.
+// single-rank paths still run the whole NCCL setup. Skipped (CTest: skipped) when no GPU is visible.
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/common/multiproc.h"
+#include "tests/common/skip.h"
 #include "zerorun/comm/init.h"
 #include "zerorun/core/dtype.h"
 #include "zerorun/core/error.h"
@@ -121,10 +122,7 @@ TEST_SUITE("gpu") {
 
 TEST_CASE("nccl: collectives on device memory at min(GPUs 4) ranks") {
   const int gpus = zerorun::test::IsMultiprocChild() ? 1 : GpuCount();
-  if (gpus == 0) {
-    MESSAGE("no GPU visible: skipped");
-    return;
-  }
+  if (gpus == 0) ZR_TEST_SKIP("no GPU visible");
   zerorun::test::MultiprocOptions o;
   o.world_size = zerorun::test::IsMultiprocChild() ? 1 : std::min(gpus, 4);
   o.deadline_s = 240;
