@@ -1,13 +1,15 @@
 // zerorun-bench: collective bandwidth in the style of nccl-tests, and offload I/O bandwidth in the
 // style of DeepSpeed's ds_io / ds_nvme_tune (`zerorun-bench io`, below: IoMain).
 //
-//   zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local] [--nprocs N]
+//   zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local|nccl] [--nprocs N]
 //                 [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N]
 //                 [--dtype fp32] [--op sum] [--json] [--check]
 //
 // Runs as one rank of a job started by the launcher (RANK, WORLD_SIZE, MASTER_* in the environment),
-// or, with --nprocs N, starts N ranks itself: N processes on this machine for ucx (rendezvous on a free
-// loopback port), N threads for local. Per message size it prints time (µs, the slowest rank's mean
+// or, with --nprocs N, starts N ranks itself: N processes on this machine for ucx and nccl (rendezvous on
+// a free loopback port; nccl rank r uses GPU LOCAL_RANK = r), N threads for local. With nccl the
+// buffers are device memory of the communicator's GPU (core's allocator; --check data is copied in and
+// out), and a collective's time runs from its enqueue to its completion event. Per message size it prints time (µs, the slowest rank's mean
 // over --iters), algbw = size / time and busbw = algbw · factor (all-reduce 2(n-1)/n, reduce-scatter and
 // all-gather (n-1)/n), in GB/s. Size is the full buffer as nccl-tests counts it: the all-reduce buffer,
 // the all-gather output, the reduce-scatter input. --json prints one object per line instead.
@@ -32,6 +34,7 @@
 #include "zerorun/comm/communicator.h"
 #include "zerorun/comm/init.h"
 #include "zerorun/comm/local/local_comm.h"
+#include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/core/cpu_features.h"
@@ -64,7 +67,7 @@ struct Args {
 [[noreturn]] void Usage(const std::string& msg) {
   std::fprintf(stderr,
                "zerorun-bench: %s\n"
-               "usage: zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local] [--nprocs N]\n"
+               "usage: zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local|nccl] [--nprocs N]\n"
                "       [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N] [--dtype fp32]\n"
                "       [--op sum|avg|max|min] [--json] [--check]\n"
                "       zerorun-bench io --path DIR|FILE ... (zerorun-bench io --help)\n",
@@ -125,9 +128,35 @@ Args Parse(int argc, char** argv) {
   }
   if (a.factor <= 1) Usage("--factor must be > 1");
   if (a.min_bytes > a.max_bytes) Usage("--min-bytes is larger than --max-bytes");
-  if (a.backend != "ucx" && a.backend != "local") Usage("--backend must be ucx or local (nccl: use the gpu tests)");
+  if (a.backend != "ucx" && a.backend != "local" && a.backend != "nccl") Usage("--backend must be ucx, local or nccl");
+  if (!BackendAvailable(a.backend)) Usage("--backend " + a.backend + " is not in this build (nccl needs a CUDA build)");
   return a;
 }
+
+// Memory of one device, grown as the sweep's sizes grow (device backends only).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(Device device) : device_(device) {}
+  ~DeviceBuffer() { Release(); }
+  void* Resize(size_t bytes) {
+    if (bytes > bytes_) {
+      Release();
+      ptr_ = GetAllocator(device_).Allocate(bytes);
+      bytes_ = bytes;
+    }
+    return ptr_;
+  }
+
+ private:
+  void Release() {
+    if (ptr_ != nullptr) GetAllocator(device_).Deallocate(ptr_, bytes_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  Device device_;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 // Runs the sweep on one rank; rank 0 prints.
 void Sweep(Communicator& comm, const Args& a) {
@@ -135,11 +164,15 @@ void Sweep(Communicator& comm, const Args& a) {
   const size_t es = DTypeSize(a.dtype);
   const double bus = BusBandwidthFactor(a.op, n);
   if (comm.rank() == 0 && !a.json) {
-    std::printf("# zerorun-bench %s: backend %s, %d ranks, %s, %s\n", OpTypeName(a.op), comm.backend_name().c_str(), n,
-                DTypeName(a.dtype), ReduceOpName(a.reduce));
+    std::printf("# zerorun-bench %s: backend %s, %d ranks, %s, %s, buffers on %s\n", OpTypeName(a.op),
+                comm.backend_name().c_str(), n, DTypeName(a.dtype), ReduceOpName(a.reduce),
+                comm.device().ToString().c_str());
     std::printf("# %12s %12s %10s %12s %12s %12s\n", "size(B)", "count", "iters", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)");
   }
+  // Host buffers for host-memory backends; device buffers (plus host staging for --check) for nccl.
+  const Device dev = comm.device();
+  DeviceBuffer dsend(dev), drecv(dev);
   std::vector<char> send, recv;
   for (double sz = static_cast<double>(a.min_bytes); sz <= static_cast<double>(a.max_bytes) * 1.0000001; sz *= a.factor) {
     // Elements per rank-buffer, rounded so the full size splits evenly over ranks.
@@ -154,13 +187,20 @@ void Sweep(Communicator& comm, const Args& a) {
       auto* f = reinterpret_cast<float*>(send.data());
       for (size_t i = 0; i < send.size() / 4; ++i) f[i] = static_cast<float>(comm.rank() + 1);
     }
+    void* send_ptr = send.data();
+    void* recv_ptr = recv.data();
+    if (!dev.is_cpu()) {
+      send_ptr = dsend.Resize(send.size());
+      recv_ptr = drecv.Resize(recv.size());
+      CopyBytes(send_ptr, dev, send.data(), Device::CPU(), send.size());
+    }
     int iters = a.iters > 0 ? a.iters : static_cast<int>(std::clamp<double>(2e9 / (static_cast<double>(bytes) * 20 + 2e6), 5, 1000));
     int warmup = a.warmup > 0 ? a.warmup : std::max(2, iters / 10);
     auto run = [&] {
       switch (a.op) {
-        case OpType::kAllReduce: return comm.AllReduce(send.data(), recv.data(), per_rank, a.dtype, a.reduce);
-        case OpType::kReduceScatter: return comm.ReduceScatter(send.data(), recv.data(), per_rank, a.dtype, a.reduce);
-        default: return comm.AllGather(send.data(), recv.data(), per_rank, a.dtype);
+        case OpType::kAllReduce: return comm.AllReduce(send_ptr, recv_ptr, per_rank, a.dtype, a.reduce);
+        case OpType::kReduceScatter: return comm.ReduceScatter(send_ptr, recv_ptr, per_rank, a.dtype, a.reduce);
+        default: return comm.AllGather(send_ptr, recv_ptr, per_rank, a.dtype);
       }
     };
     for (int i = 0; i < warmup; ++i) run().Wait();
@@ -170,6 +210,7 @@ void Sweep(Communicator& comm, const Args& a) {
     double t = sw.ElapsedSeconds() / iters;
     comm.AllReduce(&t, 1, DType::kF64, ReduceOp::kMax).Wait();  // the slowest rank's time
     bool ok = true;
+    if (a.check && !dev.is_cpu()) CopyBytes(recv.data(), Device::CPU(), recv_ptr, dev, recv.size());
     if (a.check && a.dtype == DType::kF32 && a.reduce == ReduceOp::kSum) {
       const float want = static_cast<float>(n * (n + 1) / 2);
       const auto* f = reinterpret_cast<const float*>(recv.data());
@@ -482,10 +523,20 @@ int main(int argc, char** argv) {
       RunLocalRanks(n, [&](Communicator& comm) { Sweep(comm, a); });
       return 0;
     }
-    if (a.nprocs > 0 && !std::getenv("RANK")) return SpawnRanks(a.nprocs, argc, argv);
+    if (a.backend == "nccl") {
+      const int gpus = GetDeviceBackend(DeviceType::kCUDA).DeviceCount();
+      if (gpus == 0) ZR_THROW(InvalidArgument, "--backend nccl needs a CUDA device, and none is visible");
+      // Alone, nccl still needs the rendezvous: run as a one-rank job.
+      if (a.nprocs == 0 && !std::getenv("RANK")) a.nprocs = 1;
+      if (a.nprocs > gpus) ZR_THROW(InvalidArgument, "--nprocs {} > {} visible GPUs (nccl: one rank per GPU)", a.nprocs, gpus);
+    }
+    if (a.nprocs > 0 && !std::getenv("RANK")) return SpawnRanks(a.nprocs, argc, argv);  // ucx, nccl
     InitOptions io;
     io.backend = a.backend;
     auto comm = InitFromEnv(io);
+    if (a.backend == "nccl" && comm->backend_name() != a.backend) {
+      ZR_THROW(InvalidArgument, "asked for --backend {} but the job's communicator is {}", a.backend, comm->backend_name());
+    }
     Sweep(*comm, a);
   } catch (const Error& e) {
     ZR_ERROR("zerorun-bench: {}", e.what());
