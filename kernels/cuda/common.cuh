@@ -157,6 +157,16 @@ __device__ inline float BlockMax(float v, float* shared) {
   return m;
 }
 
+// *out = sum of x[0, n) in double, added in a fixed order (one block; launch with 1024 threads).
+template <typename V>
+__global__ void SumInOrderKernel(const V* x, int64_t n, double* out) {
+  __shared__ double shared[32];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(x[i]);
+  acc = BlockSum(acc, shared);
+  if (threadIdx.x == 0) *out = acc;
+}
+
 // ---- host side: device, stream, scratch, checks ---------------------------------------------------
 
 // The calling thread's kernel device (KernelDeviceScope) made current, and its stream.

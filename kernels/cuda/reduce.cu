@@ -18,14 +18,6 @@ __global__ void SumSquaresPartials(const void* x, DType type, int64_t n, double*
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void SumPartials(const double* partials, int64_t count, double* out) {
-  __shared__ double shared[32];
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
-  acc = BlockSum(acc, shared);
-  if (threadIdx.x == 0) *out = acc;
-}
-
 // bad is 0 on entry; a warp that sees a NaN or Inf sets it.
 __global__ void AllFiniteKernel(const void* x, DType type, int64_t n, int* bad) {
   bool ok = true;
@@ -39,7 +31,7 @@ double SumSquares(const void* x, int64_t n, DType type) {
   Scratch s(ctx, static_cast<size_t>(blocks + 1) * sizeof(double));
   double* partials = s.as<double>();
   SumSquaresPartials<<<blocks, kThreads, 0, ctx.stream>>>(x, type, n, partials);
-  SumPartials<<<1, 1024, 0, ctx.stream>>>(partials, blocks, partials + blocks);
+  SumInOrderKernel<<<1, 1024, 0, ctx.stream>>>(partials, blocks, partials + blocks);
   CheckLaunch("SumSquares");
   double total = 0.0;
   ZR_CUDA_CHECK(cudaMemcpyAsync(&total, partials + blocks, sizeof total, cudaMemcpyDeviceToHost, ctx.stream));

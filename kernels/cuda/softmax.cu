@@ -106,14 +106,6 @@ __global__ void CrossEntropyRowKernel(T* dlogits, float* losses, float* row_loss
   }
 }
 
-__global__ void SumRowLossKernel(const float* row_loss, int64_t N, double* total) {
-  __shared__ double shared[32];
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += row_loss[i];
-  acc = BlockSum(acc, shared);
-  if (threadIdx.x == 0) *total = acc;
-}
-
 CrossEntropyResult CrossEntropy(void* dlogits, float* losses, const void* logits, const int32_t* targets, int64_t N,
                                 int64_t V, DType type, int32_t ignore_index, float grad_scale) {
   const char* op = "CrossEntropy";
@@ -132,7 +124,7 @@ CrossEntropyResult CrossEntropy(void* dlogits, float* losses, const void* logits
       CrossEntropyRowKernel<T><<<N, kRowThreads, 0, ctx.stream>>>(
           static_cast<T*>(dlogits), losses, s.as<float>(rows_at), static_cast<const T*>(logits), targets, V,
           ignore_index, grad_scale, count, bad));
-  SumRowLossKernel<<<1, 1024, 0, ctx.stream>>>(s.as<float>(rows_at), N, total);
+  SumInOrderKernel<<<1, 1024, 0, ctx.stream>>>(s.as<float>(rows_at), N, total);
   CheckLaunch(op);
   struct {
     long long count;
