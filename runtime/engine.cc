@@ -8,6 +8,7 @@
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/runtime/engine_internal.h"
+#include "zerorun/runtime/engine_validate.h"
 #include "zerorun/runtime/nn/init.h"
 
 namespace zerorun::runtime {
@@ -138,19 +139,8 @@ void Engine::Init() {
   ZR_CHECK(comm_ != nullptr, "Engine needs a communicator");
   ScopedMemoryAccount scope(&account_);
   impl_ = std::make_unique<Impl>();
-  if (config_.batch.world_size != comm_->size()) {
-    ZR_THROW(ConfigError, "the config's batch sizes were resolved for a data-parallel world of {} ranks but the "
-             "communicator has {}: load the config with LoadOptions::world_size = {}", config_.batch.world_size,
-             comm_->size(), comm_->size());
-  }
+  ValidateForEngine(config_, comm_->size());  // the checks `zerorun-config check` runs too
   const int stage = zero_stage();
-  if (!config_.batch.managed_gradient_accumulation) {
-    ZR_THROW(ConfigError, "managed_gradient_accumulation: false (unmanaged accumulation) is not implemented yet");
-  }
-  if (config_.zero_optimization.OptimizerOffload() != OffloadDevice::kNone ||
-      config_.zero_optimization.ParamOffload() != OffloadDevice::kNone) {
-    ZR_THROW(ConfigError, "zero_optimization.offload_optimizer / offload_param: offload is not implemented yet");
-  }
   model_dtype_ = config_.ModelDType();
   std::vector<nn::Parameter*> params = model_.Parameters();
   for (nn::Parameter* p : params) {

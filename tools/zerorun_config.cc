@@ -4,8 +4,8 @@
 //   zerorun-config schema            (the key table docs/config.md embeds)
 //   zerorun-config estimate --params P --world-size N [--largest-layer L] [--dtype D] [--optimizer O]
 //                           [--budget B] [--activations B] [FILE]   (per-rank memory, docs/estimate.md)
-// Exit status: 0 valid; 2 invalid config, unreadable file or bad usage (one problem per line on stderr,
-// each starting with the JSON path).
+// Exit status: 0 valid; 2 invalid config, one the engine refuses (check), unreadable file or bad usage
+// (one problem per line on stderr, each starting with the JSON path).
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +18,7 @@
 
 #include "zerorun/core/format.h"
 #include "zerorun/runtime/config/config.h"
+#include "zerorun/runtime/engine_validate.h"
 #include "zerorun/zero/estimate.h"
 
 namespace {
@@ -30,7 +31,8 @@ constexpr const char* kUsage =
     "       zerorun-config schema\n"
     "       zerorun-config estimate --params P --world-size N [--largest-layer L] [--dtype bf16|fp16|fp32]\n"
     "                               [--optimizer NAME] [--budget BYTES] [--activations BYTES] [FILE]\n"
-    "  check    validate FILE; exit 0 when valid (warnings on stderr), 2 when not (one error per line)\n"
+    "  check    validate FILE as the engine will (every check its constructor makes of a config); exit 0\n"
+    "           when the engine accepts it (warnings on stderr), 2 when not (one error per line)\n"
     "  explain  print every effective value and its origin, the batch identity, bucket sizes, features;\n"
     "           --json prints the effective config as JSON (DeepSpeed key names, defaults filled)\n"
     "  --world-size N     data-parallel world size used to resolve the batch keys (default 1)\n"
@@ -404,6 +406,12 @@ int main(int argc, char** argv) {
     rt::Config config = rt::LoadConfigFile(file, options);
     for (const rt::ConfigIssue& w : config.warnings()) std::cerr << "warning: " << w.ToString() << "\n";
     if (cmd == "check") {
+      // Every check the engine's constructor makes of the config (offload, refused keys, no optimizer, ...).
+      const std::vector<rt::ConfigIssue> problems = rt::EngineConfigProblems(config, options.world_size);
+      if (!problems.empty()) {
+        for (const rt::ConfigIssue& i : problems) std::cerr << i.ToString() << "\n";
+        return 2;
+      }
       std::cerr << file << ": valid (train_batch_size " << config.train_batch_size() << " = "
                 << config.micro_batch_per_gpu() << " × " << config.gradient_accumulation_steps() << " × "
                 << options.world_size << ", ZeRO stage " << config.zero_optimization.StageNumber() << ")\n";

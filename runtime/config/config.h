@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zerorun/core/error.h"
@@ -105,6 +106,30 @@ std::string ExplainConfig(const Config& config);
 // the same world size yields the same Config.
 std::string EffectiveConfigJson(const Config& config, bool pretty = true);
 
+// ---- what zerorun does with each key (config_dispositions.cc: one table) -------------------------------
+
+enum class KeyUse : uint8_t {
+  kActed,    // read, and doing what DeepSpeed does with it (`why`: where)
+  kWarned,   // accepted; a value other than DeepSpeed's default (a section: written at all) has no effect in
+             // zerorun: loading warns once, "accepted, has no effect in zerorun because <why>"
+  kRefused,  // a value other than the default cannot be honoured (memory or numerics would differ):
+             // ValidateForEngine fails naming the key and <why>
+  kFollows,  // qualifies the key named by `why` and means what that key decides
+};
+struct KeyDisposition {
+  const char* path;  // dotted, canonical (aliases and deprecated names map to their target)
+  KeyUse use;
+  const char* why;
+  int issue = 0;     // > 0: the open issue that will implement the key (its row then becomes kActed)
+};
+// Every row, one per key the loader accepts except sections whose keys carry their own rows.
+const std::vector<KeyDisposition>& KeyDispositions();
+const KeyDisposition* FindKeyDisposition(std::string_view path);
+const char* KeyUseName(KeyUse use);  // "acted", "warned", "refused", "follows"
+// The kRefused keys `config` sets to a value other than DeepSpeed's default (and refused sections it
+// contains), each naming the key, the value, why and what to write instead. Empty: nothing refused.
+std::vector<ConfigIssue> UnsupportedKeys(const Config& config);
+
 // ---- the schema (what docs/config.md documents) --------------------------------------------------------
 
 struct SchemaEntry {
@@ -113,7 +138,8 @@ struct SchemaEntry {
   std::string type;      // "bool", "int", "float", "string", "enum(none|cpu|nvme)", "int|null", "object", ...
   std::string default_text;  // DeepSpeed's code default as JSON text ("null", "500000000", "\"none\"")
   std::string doc;       // one-line meaning
-  std::string status;    // "" (implemented), "alias of X", "deprecated → X", "ignored" (accepted, no effect)
+  std::string status;    // what zerorun does: "acted", "warned: why", "refused: why", "follows X", "alias of X",
+                         // "deprecated: X", "section" (its keys decide)
 };
 // Every key the loader accepts, in document order.
 const std::vector<SchemaEntry>& ConfigSchema();

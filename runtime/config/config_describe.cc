@@ -37,6 +37,18 @@ std::string EnumType(const EnumSpec& spec) {
   return out;
 }
 
+// The schema's status column: what config_dispositions.cc declares for the key; "" when it declares
+// nothing (the dispositions test fails on that), "section" for an object whose keys carry the rows.
+std::string DispositionText(const std::string& path, const std::string& type) {
+  const KeyDisposition* d = FindKeyDisposition(path);
+  if (d == nullptr) return type.rfind("object", 0) == 0 ? "section" : "";
+  std::string out = KeyUseName(d->use);
+  if (d->use == KeyUse::kFollows) out += " " + std::string(d->why);
+  else if (d->use != KeyUse::kActed) out += ": " + std::string(d->why);
+  if (d->issue) out += Format(" (issue #{})", d->issue);
+  return out;
+}
+
 class Describer final : public ConfigVisitor {
  public:
   std::vector<SchemaEntry> entries;
@@ -87,12 +99,8 @@ class Describer final : public ConfigVisitor {
     return true;
   }
   void EndSection() override { stack_.pop_back(); }
-  void Opaque(const Field& f) override {
-    Field g = f;
-    g.status = FieldStatus::kIgnored;
-    Add(g, "any", "null");
-  }
-  void Refused(const Field& f, const char*) override { Add(f, "refused", "-", "refused"); }
+  void Opaque(const Field& f) override { Add(f, "any", "null"); }
+  void Refused(const Field& f, const char*) override { Add(f, "refused", "-"); }
   void SetVariant(const char* variant) override { variant_ = variant; }
   std::optional<bool> DeprecatedBool(const Field& f, const char* replacement) override {
     Add(f, "bool", "null", Format("deprecated: {}", replacement));
@@ -102,13 +110,11 @@ class Describer final : public ConfigVisitor {
 
  private:
   void Add(const Field& f, const std::string& type, const std::string& def, std::string status = "") {
-    if (status.empty()) {
-      if (f.status == FieldStatus::kIgnored) status = "not implemented (warning)";
-      if (f.status == FieldStatus::kDeprecated) status = "deprecated";
-    }
-    const std::string def_text = f.default_text ? f.default_text : def;
     const std::string& base = stack_.back();
-    entries.push_back({JoinPath(base, f.key), variant_, type, def_text, f.doc, status});
+    const std::string path = JoinPath(base, f.key);
+    if (status.empty()) status = f.status == FieldStatus::kDeprecated ? "deprecated" : DispositionText(path, type);
+    const std::string def_text = f.default_text ? f.default_text : def;
+    entries.push_back({path, variant_, type, def_text, f.doc, status});
     if (f.alias) entries.push_back({JoinPath(base, f.alias), variant_, type, def_text, f.doc,
                                     Format("alias of {}", f.key)});
     if (f.deprecated) entries.push_back({JoinPath(base, f.deprecated), variant_, type, def_text, f.doc,

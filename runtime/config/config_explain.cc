@@ -130,6 +130,18 @@ std::string Bytes(int64_t elems, DType t) {
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> EffectiveValues(const Config& config) {
+  rapidjson::Document doc;
+  ConfigBody body = config;
+  Emitter e(config, doc);
+  VisitConfig(e, body);
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(e.lines.size());
+  for (Line& l : e.lines) out.emplace_back(std::move(l.path), std::move(l.value));
+  return out;
+}
+
 }  // namespace config_detail
 
 std::string EffectiveConfigJson(const Config& config, bool pretty) {
@@ -269,6 +281,11 @@ std::string ExplainConfig(const Config& c) {
     std::string left = l.path + " = " + l.value;
     if (left.size() < width) left.append(width - left.size(), ' ');
     os << "  " << left << "  [" << l.origin << "]\n";
+  }
+  const std::vector<ConfigIssue> refused = UnsupportedKeys(c);
+  if (!refused.empty()) {
+    os << "\nRefused by the engine (zerorun-config check fails, the engine does not start)\n";
+    for (const ConfigIssue& r : refused) os << "  " << r.ToString() << "\n";
   }
   if (!c.warnings().empty()) {
     os << "\nWarnings\n";

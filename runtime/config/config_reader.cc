@@ -224,7 +224,10 @@ class Reader final : public ConfigVisitor {
       if (!j) return false;
       out_.provenance[path] = prov;
     }
-    if (j && f.status == FieldStatus::kIgnored) Warn(f.key, "DeepSpeed section not implemented by zerorun; ignored");
+    if (j) {
+      const KeyDisposition* d = FindKeyDisposition(path);
+      if (d && d->use == KeyUse::kWarned) Warn(f.key, NoEffectWarning(*d));
+    }
     const Frame& top = frames_.back();
     frames_.push_back(Frame{j, path, {}, {}, top.lenient || f.lenient, false,
                             prov.kind == Provenance::Kind::kAlias ? prov.detail : top.alias_note});
@@ -236,10 +239,12 @@ class Reader final : public ConfigVisitor {
   }
   void Opaque(const Field& f) override {
     Provenance prov;
-    if (Lookup(f, &prov)) {
-      out_.given.insert(Path(f.key));
-      Warn(f.key, Format("DeepSpeed key ({}) not implemented by zerorun; ignored", f.doc));
-    }
+    if (!Lookup(f, &prov)) return;
+    const std::string path = Path(f.key);
+    out_.given.insert(path);
+    out_.provenance[path] = prov;  // UnsupportedKeys finds refused sections by it
+    const KeyDisposition* d = FindKeyDisposition(path);
+    if (d && d->use == KeyUse::kWarned) Warn(f.key, NoEffectWarning(*d));
   }
   void Refused(const Field& f, const char* why) override {
     Provenance prov;
@@ -359,10 +364,11 @@ class Reader final : public ConfigVisitor {
     return j;
   }
 
+  // A value other than the default of a key whose disposition is "warned": one warning saying why.
   void IgnoredCheck(const Field& f, bool changed) {
-    if (f.status == FieldStatus::kIgnored && changed) {
-      Warn(f.key, Format("DeepSpeed key ({}) not implemented by zerorun; ignored", f.doc));
-    }
+    if (!changed) return;
+    const KeyDisposition* d = FindKeyDisposition(Path(f.key));
+    if (d && d->use == KeyUse::kWarned) Warn(f.key, NoEffectWarning(*d));
   }
 
   void Mismatch(const Field& f, const std::string& expected, const Value& found) {

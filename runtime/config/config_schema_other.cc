@@ -66,8 +66,7 @@ void VisitCheckpoint(ConfigVisitor& v, CheckpointConfig& c) {
                });
   v.Bool({.key = "checkpoint_serialization", .doc = "zipfile serialization (DeepSpeed/torch)"},
          c.checkpoint_serialization);
-  VisitOptSection(v, {.key = "writer", .doc = "DeepSpeed fast checkpoint writer; null: default",
-                      .status = FieldStatus::kIgnored},
+  VisitOptSection(v, {.key = "writer", .doc = "DeepSpeed fast checkpoint writer; null: default"},
                   c.writer, VisitWriter);
 }
 
@@ -78,13 +77,13 @@ void VisitFileMonitor(ConfigVisitor& v, T& m) {
   v.String({.key = "job_name", .doc = "sub-directory / file prefix"}, m.job_name);
 }
 void VisitWandb(ConfigVisitor& v, WandbConfig& w) {
-  v.Bool({.key = "enabled", .doc = "log to Weights & Biases", .status = FieldStatus::kIgnored}, w.enabled);
+  v.Bool({.key = "enabled", .doc = "log to Weights & Biases"}, w.enabled);
   v.OptString({.key = "group", .doc = "run group"}, w.group);
   v.OptString({.key = "team", .doc = "team (entity)"}, w.team);
   v.String({.key = "project", .doc = "project name"}, w.project);
 }
 void VisitComet(ConfigVisitor& v, CometConfig& c) {
-  v.Bool({.key = "enabled", .doc = "log to Comet", .status = FieldStatus::kIgnored}, c.enabled);
+  v.Bool({.key = "enabled", .doc = "log to Comet"}, c.enabled);
   v.Int({.key = "samples_log_interval", .doc = "samples between logs", .min = 0}, c.samples_log_interval);
   v.OptString({.key = "project", .doc = "project"}, c.project);
   v.OptString({.key = "workspace", .doc = "workspace"}, c.workspace);
@@ -149,29 +148,43 @@ void VisitOtherSections(ConfigVisitor& v, ConfigBody& c) {
                VisitCommsLogger);
   VisitSection(v, {.key = "elasticity", .doc = "elastic training"}, c.elasticity, VisitElasticity);
 
-  // DeepSpeed sections zerorun does not implement: accepted with one warning each.
-  static const std::pair<const char*, const char*> kNotImplemented[] = {
-      {"pipeline", "pipeline parallelism"},
-      {"progressive_layer_drop", "progressive layer drop"},
-      {"sparse_attention", "sparse attention"},
+  // DeepSpeed features zerorun does not implement. Sections with an on/off switch are read as far as
+  // the switch (the rest of the section follows it); the others are accepted whole. What zerorun does
+  // with each (a warning or a refusal, and why) is declared in config_dispositions.cc.
+  static const std::pair<const char*, bool FeatureSwitches::*> kSwitched[] = {
+      {"progressive_layer_drop", &FeatureSwitches::progressive_layer_drop},
+      {"quantize_training", &FeatureSwitches::quantize_training},
+      {"curriculum_learning", &FeatureSwitches::curriculum_learning},
+      {"data_efficiency", &FeatureSwitches::data_efficiency},
+      {"eigenvalue", &FeatureSwitches::eigenvalue},
+      {"hybrid_engine", &FeatureSwitches::hybrid_engine},
+      {"autotuning", &FeatureSwitches::autotuning},
+  };
+  for (const auto& [key, member] : kSwitched) {
+    VisitSection(v, {.key = key, .doc = "DeepSpeed feature switched by enabled", .lenient = true}, c.switches,
+                 [member](ConfigVisitor& v, FeatureSwitches& s) {
+                   v.Bool({.key = "enabled", .doc = "the feature's switch"}, s.*member);
+                   v.AcceptRest("the section's other keys follow its switch");
+                 });
+  }
+  static const std::pair<const char*, const char*> kWhole[] = {
+      {"pipeline", "pipeline parallelism (PipelineModule only)"},
+      {"sparse_attention", "sparse attention modules"},
       {"compression_training", "compression training"},
-      {"quantize_training", "quantization-aware training"},
-      {"data_efficiency", "data efficiency (curriculum, routing)"},
-      {"curriculum_learning", "legacy curriculum learning"},
-      {"eigenvalue", "eigenvalue computation"},
-      {"hybrid_engine", "RLHF hybrid engine"},
-      {"autotuning", "autotuner"},
       {"tensor_parallel", "AutoTP tensor parallelism"},
       {"expert_parallel", "MoE expert parallelism"},
       {"compile", "torch.compile / DeepCompile"},
       {"weight_quantization", "weight quantization"},
-      {"nebula", "Nebula checkpointing"},
-      {"datastates", "DataStates checkpointing"},
-      {"sequence_parallel_size", "Ulysses sequence parallelism"},
-      {"data_parallel_size", "explicit data-parallel size"},
+      {"nebula", "Nebula checkpoint engine"},
+      {"datastates", "DataStates checkpoint engine"},
       {"mup", "muP"},
   };
-  for (const auto& [key, doc] : kNotImplemented) v.Opaque({.key = key, .doc = doc});
+  for (const auto& [key, doc] : kWhole) v.Opaque({.key = key, .doc = doc});
+  v.Int({.key = "sequence_parallel_size", .doc = "Ulysses sequence-parallel degree", .min = 0, .min_exclusive = true},
+        c.sequence_parallel_size);
+  v.OptInt({.key = "data_parallel_size", .doc = "data-parallel degree; null: the world size", .min = 0,
+            .min_exclusive = true},
+           c.data_parallel_size);
 }
 
 }  // namespace zerorun::runtime::config_detail

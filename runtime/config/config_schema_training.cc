@@ -290,7 +290,11 @@ void VisitTraining(ConfigVisitor& v, ConfigBody& c) {
     v.Bool({.key = "enabled", .doc = "apex AMP (not supported by zerorun: use fp16 or bf16)"}, a.enabled);
     v.AcceptRest("other keys are forwarded to apex.amp.initialize by DeepSpeed");
   });
-  v.Opaque({.key = "torch_autocast", .doc = "torch autocast (not implemented)"});
+  VisitSection(v, {.key = "torch_autocast", .doc = "torch autocast", .lenient = true}, c.switches,
+               [](ConfigVisitor& v, FeatureSwitches& s) {
+                 v.Bool({.key = "enabled", .doc = "16-bit compute of an fp32 model"}, s.torch_autocast);
+                 v.AcceptRest("dtype and lower_precision_safe_modules follow enabled");
+               });
   VisitSection(v, {.key = "data_types", .doc = "dtypes of gradient accumulation, params and buffers"}, c.data_types,
                VisitDataTypes);
 
@@ -305,11 +309,10 @@ void VisitTraining(ConfigVisitor& v, ConfigBody& c) {
   VisitOptEnum(v, {.key = "communication_data_type", .doc = "dtype gradients are reduced in; null: model dtype"},
                c.communication_data_type, CommDTypeEnum());
   int seq = static_cast<int>(c.seq_parallel_communication_data_type);
-  v.Enum({.key = "seq_parallel_communication_data_type", .doc = "Ulysses sequence parallel only",
-          .status = FieldStatus::kIgnored},
+  v.Enum({.key = "seq_parallel_communication_data_type", .doc = "Ulysses sequence parallel only"},
          seq, CommDTypeEnum());
   c.seq_parallel_communication_data_type = static_cast<DType>(seq);
-  v.Bool({.key = "sparse_gradients", .doc = "send embedding gradients sparse", .status = FieldStatus::kIgnored},
+  v.Bool({.key = "sparse_gradients", .doc = "send embedding gradients sparse"},
          c.sparse_gradients);
   v.Bool({.key = "disable_allgather", .doc = "legacy; unused by ZeRO"}, c.disable_allgather);
   v.Bool({.key = "zero_allow_untested_optimizer", .doc = "allow client optimizers ZeRO was not tested with"},
@@ -323,10 +326,10 @@ void VisitTraining(ConfigVisitor& v, ConfigBody& c) {
   v.Bool({.key = "memory_breakdown", .doc = "log memory use"}, c.memory_breakdown);
   v.Bool({.key = "dump_state", .doc = "print the engine state at init (rank 0)"}, c.dump_state);
   v.OptInt({.key = "vocabulary_size", .doc = "warning if not a multiple of 8", .min = 0}, c.vocabulary_size);
-  v.Bool({.key = "graph_harvesting", .doc = "CUDA graph harvesting", .status = FieldStatus::kIgnored},
+  v.Bool({.key = "graph_harvesting", .doc = "CUDA graph harvesting"},
          c.graph_harvesting);
   v.OptString({.key = "log_level", .doc = "log level of the training processes"}, c.log_level);
-  v.Bool({.key = "use_data_before_expert_parallelism", .doc = "MoE data ordering", .status = FieldStatus::kIgnored},
+  v.Bool({.key = "use_data_before_expert_parallelism", .doc = "MoE data ordering"},
          c.use_data_before_expert_parallelism);
   VisitSection(v, {.key = "timers", .doc = "timer switches"}, c, [](ConfigVisitor& v, ConfigBody& c) {
     VisitSection(v, {.key = "throughput", .doc = "throughput timer", .lenient = true}, c, [](ConfigVisitor& v,

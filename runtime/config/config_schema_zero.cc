@@ -18,7 +18,7 @@ void VisitOffloadOptimizer(ConfigVisitor& v, OffloadOptimizerConfig& o) {
   v.Bool({.key = "fast_init", .doc = "faster NVMe swap-file initialisation"}, o.fast_init);
   v.Float({.key = "ratio", .doc = "fraction of optimizer state offloaded (< 1: stage 3)", .min = 0, .max = 1},
           o.ratio);
-  v.Bool({.key = "super_offload", .doc = "SuperOffload (stage 3)", .status = FieldStatus::kIgnored},
+  v.Bool({.key = "super_offload", .doc = "SuperOffload (stage 3)"},
          o.super_offload);
   v.Float({.key = "cpuadam_cores_perc", .doc = "share of cores used by the CPU optimizer", .min = 0, .max = 1},
           o.cpuadam_cores_perc);
@@ -82,10 +82,10 @@ void VisitZero(ConfigVisitor& v, ZeroConfig& z) {
           .deprecated = "stage3_gather_fp16_weights_on_model_save"},
          z.gather_16bit_weights_on_model_save);
   v.Int({.key = "module_granularity_threshold", .doc = "stage 3: fetch small modules as one unit",
-         .alias = "stage3_module_granularity_threshold", .min = 0, .status = FieldStatus::kIgnored},
+         .alias = "stage3_module_granularity_threshold", .min = 0},
         z.module_granularity_threshold);
   v.Bool({.key = "use_all_reduce_for_fetch_params", .doc = "stage 3: fetch params with all-reduce",
-          .alias = "stage3_use_all_reduce_for_fetch_params", .status = FieldStatus::kIgnored},
+          .alias = "stage3_use_all_reduce_for_fetch_params"},
          z.use_all_reduce_for_fetch_params);
   v.Bool({.key = "allgather_sequential", .doc = "stage 3: gather one param at a time (prefetch 1)",
           .alias = "stage3_allgather_sequential"},
@@ -95,33 +95,27 @@ void VisitZero(ConfigVisitor& v, ZeroConfig& z) {
   v.Bool({.key = "legacy_stage1", .doc = "removed in DeepSpeed 0.5.9; true is refused"}, z.legacy_stage1);
   v.Bool({.key = "round_robin_gradients", .doc = "stage 1/2: round-robin gradient placement"},
          z.round_robin_gradients);
-  v.Int({.key = "zero_hpz_partition_size", .doc = "ZeRO++ hierarchical partition size", .min = 0,
-         .status = FieldStatus::kIgnored},
+  v.Int({.key = "zero_hpz_partition_size", .doc = "ZeRO++ hierarchical partition size", .min = 0},
         z.zero_hpz_partition_size);
-  v.Bool({.key = "zero_quantized_weights", .doc = "ZeRO++ int8 weight all-gather", .status = FieldStatus::kIgnored},
+  v.Bool({.key = "zero_quantized_weights", .doc = "ZeRO++ int8 weight all-gather"},
          z.zero_quantized_weights);
-  v.Bool({.key = "zero_quantized_nontrainable_weights", .doc = "ZeRO++ quantised frozen weights",
-          .status = FieldStatus::kIgnored},
+  v.Bool({.key = "zero_quantized_nontrainable_weights", .doc = "ZeRO++ quantised frozen weights"},
          z.zero_quantized_nontrainable_weights);
-  v.Bool({.key = "zero_quantized_gradients", .doc = "ZeRO++ int4 gradient reduction",
-          .status = FieldStatus::kIgnored},
+  v.Bool({.key = "zero_quantized_gradients", .doc = "ZeRO++ int4 gradient reduction"},
          z.zero_quantized_gradients);
   v.Opaque({.key = "zeropp_loco_param", .doc = "ZeRO++ LoCo parameters"});
-  v.Int({.key = "mics_shard_size", .doc = "MiCS shard size (-1: off)", .min = -1, .status = FieldStatus::kIgnored},
+  v.Int({.key = "mics_shard_size", .doc = "MiCS shard size (-1: off)", .min = -1},
         z.mics_shard_size);
-  v.Bool({.key = "mics_hierarchical_params_gather", .doc = "MiCS hierarchical gather",
-          .status = FieldStatus::kIgnored},
+  v.Bool({.key = "mics_hierarchical_params_gather", .doc = "MiCS hierarchical gather"},
          z.mics_hierarchical_params_gather);
   v.Bool({.key = "memory_efficient_linear", .doc = "stage 3 memory-efficient linear"}, z.memory_efficient_linear);
-  v.Bool({.key = "pipeline_loading_checkpoint", .doc = "stage 3 pipelined checkpoint loading",
-          .status = FieldStatus::kIgnored},
+  v.Bool({.key = "pipeline_loading_checkpoint", .doc = "stage 3 pipelined checkpoint loading"},
          z.pipeline_loading_checkpoint);
   v.Bool({.key = "override_module_apply", .doc = "stage 3: gather params around module.apply"},
          z.override_module_apply);
   v.Bool({.key = "log_trace_cache_warnings", .doc = "stage 3 trace-cache warnings"}, z.log_trace_cache_warnings);
   v.Bool({.key = "enable_sanity_checks", .doc = "extra stage 3 checks"}, z.enable_sanity_checks);
-  v.Bool({.key = "save_muon_momentum_buffer_in_memory", .doc = "Muon momentum kept in memory",
-          .status = FieldStatus::kIgnored},
+  v.Bool({.key = "save_muon_momentum_buffer_in_memory", .doc = "Muon momentum kept in memory"},
          z.save_muon_momentum_buffer_in_memory);
   v.Opaque({.key = "leaf_module", .doc = "stage 3 leaf modules"});
   v.Opaque({.key = "zenflow", .doc = "ZenFlow"});

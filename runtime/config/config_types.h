@@ -328,6 +328,19 @@ struct CommsLoggerConfig {
   bool debug = false;                 // include the caller
   std::vector<std::string> prof_ops;  // operations profiled when prof_all is false
 };
+// DeepSpeed features zerorun does not implement whose sections have an on/off switch: only the switch
+// is read (the rest of each section is accepted as written and means nothing while the switch is off,
+// in DeepSpeed too). What zerorun does when a switch is on is declared in config_dispositions.cc.
+struct FeatureSwitches {
+  bool progressive_layer_drop = false;  // "progressive_layer_drop": {"enabled"}
+  bool quantize_training = false;       // "quantize_training": {"enabled"} (MoQ)
+  bool curriculum_learning = false;     // "curriculum_learning": {"enabled"} (legacy curriculum)
+  bool data_efficiency = false;         // "data_efficiency": {"enabled"}
+  bool eigenvalue = false;              // "eigenvalue": {"enabled"}
+  bool hybrid_engine = false;           // "hybrid_engine": {"enabled"} (RLHF)
+  bool autotuning = false;              // "autotuning": {"enabled"}
+  bool torch_autocast = false;          // "torch_autocast": {"enabled"}
+};
 struct ElasticityConfig {  // accepted when disabled; enabled is refused (not implemented)
   bool enabled = false;
   int64_t max_train_batch_size = 2000;     // largest global batch
@@ -363,6 +376,7 @@ struct ConfigBody {
   FlopsProfilerConfig flops_profiler;
   CommsLoggerConfig comms_logger;
   ElasticityConfig elasticity;
+  FeatureSwitches switches;
 
   // Gradient / communication scalars (§1.7).
   double gradient_clipping = 1.0;  // 0 disables; clipping is ON by default
@@ -385,6 +399,8 @@ struct ConfigBody {
   bool use_data_before_expert_parallelism = false;  // MoE (not implemented: warning)
   bool timers_throughput_enabled = true;       // "timers": {"throughput": {"enabled"}}
   bool timers_throughput_synchronized = true;  // "timers": {"throughput": {"synchronized"}}
+  int64_t sequence_parallel_size = 1;          // Ulysses sequence parallelism (not implemented: > 1 refused)
+  std::optional<int64_t> data_parallel_size;   // if set, must equal the world size (every rank is data-parallel)
 };
 
 }  // namespace zerorun::runtime

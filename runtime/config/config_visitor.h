@@ -16,8 +16,7 @@
 namespace zerorun::runtime::config_detail {
 
 enum class FieldStatus {
-  kNormal,      // implemented
-  kIgnored,     // DeepSpeed key zerorun accepts but does not implement: warning when given a non-default value
+  kNormal,      // what zerorun does with it is declared in config_dispositions.cc
   kDeprecated,  // accepted for compatibility and translated; not written to the effective config
 };
 
@@ -66,7 +65,8 @@ class ConfigVisitor {
   // a true return must be followed by EndSection.
   virtual bool BeginSection(const Field& f, bool optional, bool* present) = 0;
   virtual void EndSection() = 0;
-  // A DeepSpeed section or key zerorun does not implement: any value accepted, one warning.
+  // A DeepSpeed section or key accepted whole, with any value (its disposition decides: a warning or a
+  // refusal when it is written).
   virtual void Opaque(const Field& f) = 0;
   // A key DeepSpeed refuses too (or zerorun refuses outright): giving it is an error saying `why`.
   virtual void Refused(const Field& f, const char* why) = 0;
@@ -135,6 +135,11 @@ void VisitConfig(ConfigVisitor& v, ConfigBody& c);
 void VisitTraining(ConfigVisitor& v, ConfigBody& c);     // batch, optimizer, scheduler, precision, scalars
 void VisitZero(ConfigVisitor& v, ZeroConfig& z);
 void VisitOtherSections(ConfigVisitor& v, ConfigBody& c);  // aio, checkpointing, monitors, profilers, ...
+
+// Every effective leaf value as (dotted path, JSON text), in schema order (config_explain.cc).
+std::vector<std::pair<std::string, std::string>> EffectiveValues(const Config& config);
+// "accepted, has no effect in zerorun because <why> (issue #N)" (config_dispositions.cc).
+std::string NoEffectWarning(const KeyDisposition& d);
 
 // Text helpers (config_text.cc).
 size_t EditDistance(std::string_view a, std::string_view b);  // optimal string alignment, case-insensitive
