@@ -8,6 +8,7 @@
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/runtime/engine_internal.h"
+#include "zerorun/runtime/engine_settings.h"
 #include "zerorun/runtime/engine_validate.h"
 #include "zerorun/runtime/nn/init.h"
 
@@ -140,6 +141,7 @@ void Engine::Init() {
   ScopedMemoryAccount scope(&account_);
   impl_ = std::make_unique<Impl>();
   ValidateForEngine(config_, comm_->size());  // the checks `zerorun-config check` runs too
+  ApplyProcessSettings(config_, *comm_);       // log_level, comms_logger
   const int stage = zero_stage();
   model_dtype_ = config_.ModelDType();
   std::vector<nn::Parameter*> params = model_.Parameters();
@@ -183,6 +185,7 @@ void Engine::Init() {
             config_.micro_batch_per_gpu(), config_.gradient_accumulation_steps(), world_size(),
             config_.train_batch_size());
   }
+  if (config_.dump_state && rank() == 0) ZR_INFO("{}", EngineStateText(*this));
 }
 
 void Engine::BuildGroups() {
@@ -306,7 +309,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
     impl_->coord->TakeWaitMs();  // waits outside forward/backward (GatherParameters) are not counted
   }
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
-  last_loss_ = model_.ForwardLoss(inputs, targets);
+  last_loss_ = model_.ForwardLoss(AutoCastInput(config_, inputs), targets);
   if (impl_->coord) timers_.Add("gather_wait", impl_->coord->TakeWaitMs());  // stage 3: inside "forward"
   forward_pending_ = true;
   return last_loss_;

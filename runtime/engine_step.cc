@@ -278,7 +278,7 @@ void Engine::LogProgress() {
   ZR_INFO("[Rank 0] step={}, skipped={}, lr=[{}], mom=[{}]", global_steps_, skipped_steps_, lrs, moms);
   // Throughput since the previous progress line (DeepSpeed's throughput timer line).
   const double now = NowSeconds();
-  if (impl_->last_print_time > 0 && now > impl_->last_print_time) {
+  if (config_.timers_throughput_enabled && impl_->last_print_time > 0 && now > impl_->last_print_time) {
     const double seconds = now - impl_->last_print_time;
     const double samples = static_cast<double>(global_samples_ - impl_->last_print_samples);
     char buf[160];

@@ -214,6 +214,7 @@ int Run(const Args& args) {
   so.rank = rank;
   so.world_size = world;
   so.seed = args.seed;
+  so.drop_last = cfg.batch.dataloader_drop_last;  // false (DeepSpeed's default): an epoch's last batch is partial
   zr::data::DistributedSampler sampler(*dataset, so);
 
   // Model.
@@ -247,8 +248,8 @@ int Run(const Args& args) {
     double loss_sum = 0;
     for (int64_t m = 0; m < gas; ++m) {
       zr::data::Batch b = sampler.Next();
-      zr::Tensor x = ToTensor(b.inputs, so.batch_size, so.seq_len);
-      zr::Tensor y = ToTensor(b.targets, so.batch_size, so.seq_len);
+      zr::Tensor x = ToTensor(b.inputs, b.B, b.T);  // b.B < micro batch: the last batch of an epoch
+      zr::Tensor y = ToTensor(b.targets, b.B, b.T);
       loss_sum += engine.Forward(x, y);
       engine.Backward();
       engine.Step();
@@ -307,6 +308,7 @@ int Run(const Args& args) {
                 summary.tokens_per_second);
     std::printf("memory (rank 0): %s\n", engine.memory().Summary().c_str());
     std::printf("%s\n", zr::runtime::CommReport(summary, static_cast<int>(zr::DTypeSize(cfg.CommDType()))).c_str());
+    if (cfg.comms_logger.enabled) std::printf("%s\n", comm->LogSummary().c_str());
   }
   if (!args.save_16bit_model.empty()) {
     const std::string file = "model.safetensors";

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "zerorun/core/error.h"
+#include "zerorun/core/format.h"
 #include "zerorun/core/rng.h"
 
 namespace zerorun::data {
@@ -26,15 +27,22 @@ DistributedSampler::DistributedSampler(const TokenDataset& dataset, const Sample
       window_start_.push_back(i * T);
     }
   }
-  const int64_t W = num_windows();
-  const int64_t per_step = o.batch_size * o.world_size;
-  batches_per_epoch_ = o.drop_last ? W / per_step : (W + per_step - 1) / per_step;
-  if (batches_per_epoch_ == 0 || (!o.drop_last && W == 0)) {
+  const int64_t N = num_windows();
+  const int64_t B = o.batch_size;
+  windows_per_rank_ = (N + o.world_size - 1) / o.world_size;
+  batches_per_epoch_ = o.drop_last ? windows_per_rank_ / B : (windows_per_rank_ + B - 1) / B;
+  if (N == 0 || batches_per_epoch_ == 0) {
     ZR_THROW(DataError,
-             "dataset {} ({} tokens) has {} windows of seq_len+1 = {} tokens, fewer than one batch on every rank "
-             "(batch_size {} x world_size {} = {})",
-             dataset.description(), dataset.total_tokens(), W, T + 1, o.batch_size, o.world_size, per_step);
+             "dataset {} ({} tokens) has {} windows of seq_len+1 = {} tokens{}", dataset.description(),
+             dataset.total_tokens(), N, T + 1,
+             N == 0 ? std::string()
+                    : Format(": {} per rank on {} ranks, fewer than one batch of {} (dataloader_drop_last is true)",
+                             windows_per_rank_, o.world_size, B));
   }
+}
+
+int64_t DistributedSampler::BatchRows(int64_t index) const {
+  return std::min(options_.batch_size, windows_per_rank_ - index * options_.batch_size);
 }
 
 const std::vector<int64_t>& DistributedSampler::Order(int64_t epoch) const {
@@ -58,17 +66,18 @@ const std::vector<int64_t>& DistributedSampler::Order(int64_t epoch) const {
 std::vector<int64_t> DistributedSampler::WindowsOfBatch(int64_t epoch, int64_t index) const {
   ZR_CHECK(index >= 0 && index < batches_per_epoch_, "batch {} out of range ({} per epoch)", index, batches_per_epoch_);
   const std::vector<int64_t>& order = Order(epoch);
-  const int64_t W = num_windows(), B = options_.batch_size, R = options_.world_size;
-  std::vector<int64_t> out(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    // Position in the epoch order: batch-major, then rank, then the row within the batch.
-    const int64_t pos = (index * B + b) * R + options_.rank;
-    out[static_cast<size_t>(b)] = order[static_cast<size_t>(pos % W)];
+  const int64_t N = num_windows(), B = options_.batch_size, R = options_.world_size;
+  std::vector<int64_t> out(static_cast<size_t>(BatchRows(index)));
+  for (size_t b = 0; b < out.size(); ++b) {
+    // Position in the padded epoch order (padding repeats the order from its start): this rank's sample
+    // index * B + b is position (index * B + b) * R + rank.
+    const int64_t pos = (index * B + static_cast<int64_t>(b)) * R + options_.rank;
+    out[b] = order[static_cast<size_t>(pos % N)];
   }
   return out;
 }
 
-void DistributedSampler::Next(int32_t* inputs, int32_t* targets) {
+int64_t DistributedSampler::Next(int32_t* inputs, int32_t* targets) {
   const int64_t T = options_.seq_len;
   std::vector<int64_t> windows = WindowsOfBatch(cursor_.epoch, cursor_.batch);
   std::vector<int32_t> buf(static_cast<size_t>(T + 1));
@@ -82,11 +91,12 @@ void DistributedSampler::Next(int32_t* inputs, int32_t* targets) {
     cursor_.batch = 0;
     ++cursor_.epoch;
   }
+  return static_cast<int64_t>(windows.size());
 }
 
 Batch DistributedSampler::Next() {
   Batch b;
-  b.B = options_.batch_size;
+  b.B = BatchRows(cursor_.batch);
   b.T = options_.seq_len;
   b.epoch = cursor_.epoch;
   b.index = cursor_.batch;

@@ -233,21 +233,52 @@ TEST_SUITE("unit") {
     CHECK(s4.WindowsOfBatch(0, 0) == std::vector<int64_t>{1, 4, 7, 10});
   }
 
-  TEST_CASE("sampler: drop_last and wrap-around") {
+  TEST_CASE("sampler: dataloader_drop_last as DeepSpeed's data loader: the last batch is partial or dropped") {
     auto ds = zd::MakeInMemoryDataset({Iota(101)});  // 10 windows of T = 10
-    zd::DistributedSampler drop(*ds, {3, 10, 0, 1, 1});
+    zd::SamplerOptions drop_opts{3, 10, 0, 1, 1};
+    drop_opts.drop_last = true;
+    zd::DistributedSampler drop(*ds, drop_opts);
     CHECK(drop.batches_per_epoch() == 3);  // 9 windows used, 1 dropped
-    zd::SamplerOptions keep{3, 10, 0, 1, 1};
-    keep.drop_last = false;
-    zd::DistributedSampler wrap(*ds, keep);
-    CHECK(wrap.batches_per_epoch() == 4);
+    zd::DistributedSampler keep(*ds, {3, 10, 0, 1, 1});  // drop_last false: DeepSpeed's default
+    CHECK(keep.batches_per_epoch() == 4);
+    CHECK(keep.BatchRows(3) == 1);
     std::set<int64_t> all;
     for (int64_t b = 0; b < 4; ++b) {
-      for (int64_t w : wrap.WindowsOfBatch(0, b)) all.insert(w);
+      for (int64_t w : keep.WindowsOfBatch(0, b)) CHECK(all.insert(w).second);
     }
-    CHECK(all.size() == 10);  // every window used, two repeated to fill the last batch
-    // Too little data for one batch per rank: a clear error.
-    CHECK_THROWS_WITH_AS(zd::DistributedSampler(*ds, {4, 10, 0, 3, 1}), doctest::Contains("fewer than one batch"),
+    CHECK(all.size() == 10);  // every window once; the last batch holds the one left
+    for (int i = 0; i < 3; ++i) CHECK(keep.Next().B == 3);
+    const zd::Batch last = keep.Next();
+    CHECK(last.B == 1);
+    CHECK(last.inputs.size() == 10);
+    CHECK(keep.cursor().epoch == 1);  // then the next epoch starts
+    // Several ranks (torch's DistributedSampler): the order is padded from its start to ceil(10/3) = 4
+    // per rank; rank r takes positions r, r+3, r+6, r+9, two per batch.
+    std::vector<int64_t> dealt;
+    for (int r = 0; r < 3; ++r) {
+      zd::SamplerOptions o{2, 10, r, 3, 1};
+      o.shuffle = false;
+      zd::DistributedSampler s(*ds, o);
+      CHECK(s.windows_per_rank() == 4);
+      CHECK(s.batches_per_epoch() == 2);
+      for (int64_t b = 0; b < 2; ++b) {
+        for (int64_t w : s.WindowsOfBatch(0, b)) dealt.push_back(w);
+      }
+    }
+    CHECK(dealt == std::vector<int64_t>{0, 3, 6, 9, 1, 4, 7, 0, 2, 5, 8, 1});  // 0 and 1 repeat as padding
+    // Uneven per-rank counts with a partial batch: 4 per rank in batches of 3 -> 3 + 1 rows.
+    zd::DistributedSampler odd(*ds, {3, 10, 2, 3, 1});
+    CHECK(odd.batches_per_epoch() == 2);
+    CHECK(odd.BatchRows(0) == 3);
+    CHECK(odd.BatchRows(1) == 1);
+    // Too little data for one full batch per rank is an error only with drop_last.
+    zd::SamplerOptions too_big{5, 10, 0, 3, 1};
+    CHECK(zd::DistributedSampler(*ds, too_big).batches_per_epoch() == 1);  // 4 rows
+    too_big.drop_last = true;
+    CHECK_THROWS_WITH_AS(zd::DistributedSampler(*ds, too_big), doctest::Contains("fewer than one batch"),
+                         zerorun::DataError);
+    auto tiny = zd::MakeInMemoryDataset({Iota(10)});  // no window of 11 tokens
+    CHECK_THROWS_WITH_AS(zd::DistributedSampler(*tiny, {1, 10, 0, 1, 1}), doctest::Contains("0 windows"),
                          zerorun::DataError);
     CHECK_THROWS_AS(zd::DistributedSampler(*ds, {1, 10, 3, 3, 1}), zerorun::InvalidArgument);
   }
