@@ -7,8 +7,9 @@
 namespace zerorun {
 namespace {
 
-const char* const kCategoryNames[kNumMemCategories] = {"params",  "grads",       "master", "optimizer", "buckets",
-                                                       "activations", "pinned", "nvme",   "other"};
+const char* const kCategoryNames[kNumMemCategories] = {"params",      "grads",            "master", "optimizer",
+                                                       "buckets",     "activations",      "host_activations",
+                                                       "pinned",      "nvme",             "other"};
 
 void RaisePeak(std::atomic<int64_t>& peak, int64_t value) {
   int64_t old = peak.load(std::memory_order_relaxed);

@@ -22,6 +22,7 @@ enum class MemCategory : uint8_t {
   kOptimizer,     // optimizer state (moments, ...)
   kBuckets,       // communication buckets
   kActivations,   // activations saved for backward, and scratch
+  kHostActivations,  // activation-checkpoint inputs kept in host memory (cpu_checkpointing)
   kPinned,        // pinned host staging buffers
   kNvme,          // bytes on NVMe (not memory)
   kOther,
@@ -29,7 +30,8 @@ enum class MemCategory : uint8_t {
 };
 inline constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
 
-// "params", "grads", "master", "optimizer", "buckets", "activations", "pinned", "nvme", "other".
+// "params", "grads", "master", "optimizer", "buckets", "activations", "host_activations", "pinned",
+// "nvme", "other".
 const char* MemCategoryName(MemCategory c);
 // Inverse of MemCategoryName; throws InvalidArgument.
 MemCategory ParseMemCategory(std::string_view name);

@@ -176,6 +176,11 @@ void Engine::Init() {
   impl_->scaler = MakeLossScaler(config_);
   impl_->observer = std::make_unique<Observer>(*this);
   model_.SetObserver(impl_->observer.get());
+  const auto checkpointing = options_.activation_checkpointing ? options_.activation_checkpointing
+                                                               : ActivationCheckpointingOptions::FromConfig(config_);
+  if (checkpointing && checkpointing->enabled) {
+    checkpointer_ = std::make_unique<ActivationCheckpointer>(model_, *checkpointing, rank() == 0);
+  }
   if (config_.csv_monitor.enabled && rank() == 0) {
     impl_->monitor = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path, config_.csv_monitor.job_name);
   }

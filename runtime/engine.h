@@ -32,6 +32,7 @@
 #include "zerorun/core/memory.h"
 #include "zerorun/core/tensor.h"
 #include "zerorun/core/timer.h"
+#include "zerorun/runtime/activation_checkpointing.h"
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/nn/loss.h"
 #include "zerorun/runtime/param_groups.h"
@@ -52,6 +53,10 @@ struct EngineOptions {
   // at ZeRO stage 3 each rank only ever materialises its own shards of the full model. The values are
   // bit-identical to model.Initialize(seed) (initialisation is position-stable).
   std::optional<uint64_t> init_seed;
+  // Activation checkpointing: which modules, where kept inputs live, profiling
+  // (runtime/activation_checkpointing.h). Unset: what the config's activation_checkpointing section
+  // asks for (off when the file writes none of its keys); set, it wins over the config.
+  std::optional<ActivationCheckpointingOptions> activation_checkpointing;
 };
 
 // The result of one Step() call.
@@ -143,6 +148,8 @@ class Engine {
   // gather_wait (the part of forward and backward spent blocked on parameter gathers).
   Timers& timers() { return timers_; }
   nn::LossModule& model() { return model_; }
+  // The checkpointing policy in force (nullptr: no activation checkpointing).
+  const ActivationCheckpointer* activation_checkpointer() const { return checkpointer_.get(); }
 
  private:
   struct Impl;
@@ -169,6 +176,7 @@ class Engine {
   DType model_dtype_ = DType::kF32;
   std::vector<ParamGroup> groups_;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ActivationCheckpointer> checkpointer_;
   int64_t num_parameters_ = 0;
 
   int64_t global_steps_ = 0;

@@ -24,6 +24,7 @@
 #include "zerorun/runtime/data/sampler.h"
 #include "zerorun/runtime/distributed.h"
 #include "zerorun/runtime/engine.h"
+#include "zerorun/runtime/engine_validate.h"
 #include "zerorun/runtime/summary.h"
 
 namespace zr = zerorun;
@@ -58,7 +59,8 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            model dims (default 4, 4, 128, 64, 64; V is 256 for text data)
   --dropout P              dropout probability (default 0)
   --checkpoint_activations recompute each transformer block's activations in backward instead of
-                           keeping them (activation checkpointing)
+                           keeping them (activation checkpointing; a config's activation_checkpointing
+                           section turns it on too, with its options)
   --summary PATH           write a JSON summary per rank ({rank} in PATH is replaced)
   --save_16bit_model DIR   after training, save the model's weights (its dtype) to DIR/model.safetensors
                            (every rank takes part; ZeRO stage 3 needs
@@ -177,6 +179,7 @@ int Run(const Args& args) {
   std::shared_ptr<zr::comm::Communicator> comm = setup.comm;
   const Config& cfg = setup.config;
   const int rank = comm->rank(), world = comm->size();
+  zr::runtime::ValidateForEngine(cfg, world);  // what the engine refuses, before data and model are built
   if (!args.save_16bit_model.empty() && cfg.zero_optimization.StageNumber() == 3 &&
       !cfg.zero_optimization.gather_16bit_weights_on_model_save) {
     // Refused before training rather than discovering after it that nothing can be saved.
@@ -228,16 +231,22 @@ int Run(const Args& args) {
   gc.dtype = cfg.ModelDType();
   if (gc.d_model % gc.n_head != 0) UsageError("--d_model must be a multiple of --n_head");
   zr::gpt::Gpt model(gc);
-  if (args.checkpoint_activations) {
-    for (const auto& [name, block] : model.blocks()->children()) block->SetActivationCheckpointing(true);
-  }
   zr::runtime::EngineOptions eo;
+  if (args.checkpoint_activations) {  // every block, or as the config's activation_checkpointing section says
+    eo.activation_checkpointing =
+        zr::runtime::ActivationCheckpointingOptions::FromConfig(cfg).value_or(zr::runtime::ActivationCheckpointingOptions{});
+  }
   eo.groups.no_weight_decay_for_1d = true;
   eo.init_seed = args.seed;  // the engine fills parameters (at stage 3 only this rank's shards)
   zr::runtime::Engine engine(model, cfg, comm, eo);
   if (rank == 0) {
     ZR_INFO("model {} ({} parameters); data {}{}", gc.ToString(), engine.num_parameters(), dataset->description(),
             entropy_floor >= 0 ? zr::Format(" (entropy floor {} nats/token)", entropy_floor) : std::string());
+    if (const auto* ac = engine.activation_checkpointer()) {
+      ZR_INFO("activation checkpointing: {} checkpoint(s): {}{}{}", ac->num_checkpoints(), ac->Describe(),
+              ac->options().cpu_checkpointing ? ", inputs in host memory" : "",
+              ac->options().contiguous_memory_optimization ? ", one contiguous buffer" : "");
+    }
   }
 
   zr::runtime::TrainSummary summary;

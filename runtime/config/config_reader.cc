@@ -218,11 +218,13 @@ class Reader final : public ConfigVisitor {
       Mismatch(f, "an object", *j);
       j = nullptr;
     }
-    if (j) out_.given.insert(path);
+    if (j) {
+      out_.given.insert(path);
+      out_.provenance[path] = prov;  // a section written in the file (even empty) is known to be
+    }
     if (optional) {
       *present = j != nullptr;
       if (!j) return false;
-      out_.provenance[path] = prov;
     }
     if (j) {
       const KeyDisposition* d = FindKeyDisposition(path);

@@ -87,8 +87,13 @@ void Module::SetObserver(ModuleObserver* observer) {
 void Module::ReleaseActivations() {
   for (Module* m : Modules()) {
     m->OnReleaseActivations();
-    m->checkpoint_input_ = Tensor();
+    if (m->checkpoint_) m->checkpoint_->Drop();
   }
+}
+
+void Module::SetActivationCheckpointing(bool on) {
+  if (checkpoint_) checkpoint_->Detach();
+  if (on) CheckpointSegment::Attach(std::make_shared<CheckpointSegment>(std::vector<Module*>{this}, 0, nullptr));
 }
 
 void Module::ResetPass() {
@@ -99,40 +104,18 @@ void Module::ResetPass() {
 }
 
 Tensor Module::Forward(const Tensor& x) {
-  if (!checkpointing_ || !training_ || t_recomputing) {
+  if (!checkpoint_ || !training_ || t_recomputing) {
     ForwardScope scope(*this);
     return OnForward(x);
   }
-  std::vector<Module*> mods = Modules();
-  checkpoint_rng_.resize(mods.size());
-  for (size_t i = 0; i < mods.size(); ++i) checkpoint_rng_[i] = mods[i]->rng_calls_;
-  Tensor y;
-  {
-    ForwardScope scope(*this);
-    y = OnForward(x);
-  }
-  for (Module* m : mods) m->OnReleaseActivations();
-  checkpoint_input_ = x;
-  return y;
+  std::shared_ptr<CheckpointSegment> segment = checkpoint_;
+  return segment->Forward(checkpoint_pos_, x);
 }
 
 Tensor Module::Backward(const Tensor& dy) {
-  if (checkpointing_ && checkpoint_input_.defined()) {
-    std::vector<Module*> mods = Modules();
-    ZR_CHECK(mods.size() == checkpoint_rng_.size(), "{}: module tree changed between forward and backward",
-             Describe());
-    std::vector<uint64_t> rng_after(mods.size());
-    for (size_t i = 0; i < mods.size(); ++i) {
-      rng_after[i] = mods[i]->rng_calls_;
-      mods[i]->rng_calls_ = checkpoint_rng_[i];
-    }
-    {
-      RecomputeScope replay;
-      ForwardScope scope(*this);
-      OnForward(checkpoint_input_);
-    }
-    for (size_t i = 0; i < mods.size(); ++i) mods[i]->rng_calls_ = rng_after[i];
-    checkpoint_input_ = Tensor();
+  if (checkpoint_) {
+    std::shared_ptr<CheckpointSegment> segment = checkpoint_;
+    return segment->Backward(checkpoint_pos_, dy);
   }
   BackwardScope scope(*this);
   return OnBackward(dy);

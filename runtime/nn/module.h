@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "zerorun/core/tensor.h"
+#include "zerorun/runtime/nn/checkpoint.h"
 #include "zerorun/runtime/nn/observer.h"
 #include "zerorun/runtime/nn/parameter.h"
 
@@ -87,13 +88,18 @@ class Module {
   // gradient (token ids). Throws InvalidArgument without a matching training-mode Forward.
   Tensor Backward(const Tensor& dy);
 
-  // ---- activation checkpointing ------------------------------------------------------------------
+  // ---- activation checkpointing (checkpoint.h) ---------------------------------------------------
   // When on (training mode, unary interface only): Forward keeps only its input and drops everything
   // the subtree saved; Backward first replays the forward as a recompute (observer: PreForward/
   // PostForward with recompute = true) with the subtree's RNG counters rewound, so dropout masks repeat
-  // bit for bit, then runs the real backward. Parameter names do not change.
-  void SetActivationCheckpointing(bool on) { checkpointing_ = on; }
-  bool activation_checkpointing() const { return checkpointing_; }
+  // bit for bit, then runs the real backward. Parameter names do not change. This makes the module a
+  // checkpoint segment of its own; runtime/activation_checkpointing.h applies policies (runs of blocks,
+  // host memory, a contiguous buffer) through CheckpointSegment. Each module of a segment must run once
+  // per forward pass.
+  void SetActivationCheckpointing(bool on);
+  bool activation_checkpointing() const { return checkpoint_ != nullptr; }
+  // The segment this module belongs to (nullptr: none).
+  const CheckpointSegment* checkpoint_segment() const { return checkpoint_.get(); }
 
   // ---- RNG cursor (activation checkpointing saves and restores it to replay dropout) ------------
   uint64_t rng_calls() const { return rng_calls_; }
@@ -188,9 +194,9 @@ class Module {
   uint64_t rng_seed_ = 0;
   uint64_t rng_calls_ = 0;
   int pending_backward_ = 0;
-  bool checkpointing_ = false;
-  Tensor checkpoint_input_;                  // the checkpoint: this module's input
-  std::vector<uint64_t> checkpoint_rng_;     // rng_calls() of the subtree before the original forward
+  std::shared_ptr<CheckpointSegment> checkpoint_;  // activation checkpointing: the segment, if any
+  int checkpoint_pos_ = -1;                        // this module's position in it
+  friend class CheckpointSegment;
 };
 
 }  // namespace zerorun::nn
