@@ -254,9 +254,13 @@ std::string ExplainConfig(const Config& c) {
   if (z.OptimizerOffload() != OffloadDevice::kNone) on.push_back("optimizer offload");
   if (z.ParamOffload() != OffloadDevice::kNone) on.push_back("parameter offload");
   const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
-  if (ac.partition_activations) on.push_back("activation partitioning");
-  if (ac.cpu_checkpointing) on.push_back("CPU activation checkpoints");
-  if (ac.contiguous_memory_optimization) on.push_back("contiguous activation checkpoints");
+  const Provenance* ac_written = c.ProvenanceOf("activation_checkpointing");
+  if (ac_written && ac_written->kind != Provenance::Kind::kDefault) {  // the section turns it on
+    on.push_back(ac.number_checkpoints ? Format("activation checkpointing ({} segments)", *ac.number_checkpoints)
+                                       : std::string("activation checkpointing (every block)"));
+    if (ac.cpu_checkpointing) on.push_back("checkpoints in host memory");
+    if (ac.contiguous_memory_optimization) on.push_back("contiguous checkpoint buffer");
+  }
   if (c.tensorboard.enabled) on.push_back("tensorboard");
   if (c.csv_monitor.enabled) on.push_back("csv_monitor");
   if (c.flops_profiler.enabled) on.push_back("flops_profiler");
