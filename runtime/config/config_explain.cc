@@ -96,6 +96,13 @@ class Emitter final : public ConfigVisitor {
       Put(f, Value(), "null");
       return false;
     }
+    // Writing activation_checkpointing turns checkpointing on (activation_checkpointing.h), so the
+    // section is written out only when the config had it.
+    const std::string path = JoinPath(stack_.back().second, f.key);
+    if (path == "activation_checkpointing") {
+      const Provenance* p = config_.ProvenanceOf(path);
+      if (p == nullptr || p->kind == Provenance::Kind::kDefault) return false;
+    }
     Value* parent = stack_.back().first;
     parent->AddMember(Str(f.key), Value(rapidjson::kObjectType), alloc_);
     stack_.push_back({&(parent->MemberEnd() - 1)->value, JoinPath(stack_.back().second, f.key)});

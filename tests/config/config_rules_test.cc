@@ -338,6 +338,12 @@ TEST_SUITE("unit") {
     CHECK(b.comms_logger.prof_ops == std::vector<std::string>{"all_reduce"});
     CHECK(eff.find("\"bf16\"") != std::string::npos);
     CHECK(eff.find("cpu_offload_param") == std::string::npos);  // deprecated keys are not written
+    // activation_checkpointing is written only when given: writing it turns checkpointing on.
+    CHECK(eff.find("activation_checkpointing") == std::string::npos);
+    const rt::Config ac = Load(R"({"train_batch_size": 8, "activation_checkpointing": {}})");
+    const std::string ac_eff = rt::EffectiveConfigJson(ac);
+    CHECK(ac_eff.find("\"activation_checkpointing\": {") != std::string::npos);
+    CHECK(rt::EffectiveConfigJson(Load(ac_eff)) == ac_eff);
     // The effective JSON loads at another world size only if consistent: it pins all three keys.
     CHECK(Has(Errors(eff, 2), "train_batch_size", "24 != 2 * 3 * 2"));
   }
