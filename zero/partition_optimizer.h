@@ -1,0 +1,114 @@
+// PartitionOptimizer: steps this rank's partition of every parameter group, sub-group by sub-group,
+// through a StateStore (state_store.h) with an UpdateRule (update_rule.h). Both ZeRO strategies use
+// it; they describe where each run of a partition keeps its reduced gradients and its working
+// (16-bit, or fp32) parameters (PartitionSegment), and it does the rest: the local finite check and
+// sums of squares of the gradients, the master-weight initialisation, and the step — acquire a
+// sub-group (prefetching the next), update each span of it with one combined unscale+clip factor,
+// write the working copy, release it — with Lamb's two passes and its per-tensor norms agreed across
+// ranks.
+//
+// Vocabulary: a group's *partition* is the range [0, numel) of its state (master, moments); a
+// *segment* is a run of it whose gradients and parameters are contiguous in memory; a *span* is what
+// one kernel call updates: a sub-group ∩ segment (∩ tensor piece for Lamb, ∩ progress point).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "zerorun/comm/communicator.h"
+#include "zerorun/zero/state_store.h"
+#include "zerorun/zero/update_rule.h"
+
+namespace zerorun::zero {
+
+// A run [offset, offset + numel) of a group's partition with contiguous gradients and parameters.
+struct PartitionSegment {
+  int64_t offset = 0;
+  int64_t numel = 0;
+  const void* grads = nullptr;  // (numel) reduced gradients, grad dtype
+  void* params = nullptr;       // (numel) working parameters, param dtype
+};
+
+// A piece of one model tensor inside a group's partition (Lamb's trust ratios are per tensor).
+struct TensorPiece {
+  int64_t offset = 0;     // in the partition
+  int64_t count = 0;
+  int64_t tensor_id = 0;  // the same on every rank for the same tensor; 0 <= id < num_tensors
+};
+
+struct PartitionGroupSpec {
+  int64_t numel = 0;
+  std::vector<PartitionSegment> segments;  // tile [0, numel) in order
+  std::vector<int64_t> units;              // consecutive sizes tiling [0, numel): sub-groups close at their ends
+  // Offsets (ascending) at which a span must end, so that Step's progress callback can fire there
+  // (the ends of stage 1/2's all-gather chunks).
+  std::vector<int64_t> progress_points;
+  std::vector<TensorPiece> tensors;  // every piece of every tensor in the partition (Lamb)
+  int64_t num_tensors = 0;
+};
+
+struct PartitionOptimizerOptions {
+  DType grad_dtype = DType::kF32;
+  DType param_dtype = DType::kF32;
+  // false (fp32 training): the working parameters are the master weights; the store holds no master.
+  bool master_copy = true;
+  int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size
+  // Lamb: tensors are split across ranks, so the per-tensor sums are all-reduced over this (null: this
+  // rank holds whole tensors).
+  comm::Communicator* norm_comm = nullptr;
+  Device device = Device::CPU();
+  StateStoreFactory store_factory;  // null: MakeResidentStateStore on `device`
+};
+
+class PartitionOptimizer {
+ public:
+  // REQUIRES: one spec per parameter group of `rule`; the rule outlives this object.
+  PartitionOptimizer(std::vector<PartitionGroupSpec> groups, UpdateRule& rule, const PartitionOptimizerOptions& o);
+
+  // Fills the master weights from the working parameters and the state with its initial values.
+  void Initialize();
+
+  // This rank's gradients, each group on its own: all finite / the sum of squares (fp64).
+  bool LocalAllFinite() const;
+  std::vector<double> LocalSumSquares() const;
+  // The tensors (group, tensor id), in partition order, with a non-finite gradient on this rank; at
+  // most `max` of them.
+  std::vector<std::pair<int, int64_t>> NonFiniteTensors(size_t max) const;
+
+  // One optimizer step of every group's partition with gradients multiplied by grad_scale. After each
+  // span, progress(group, end) says elements [0, end) of that group's partition are final (their
+  // working parameters written); may be null.
+  void Step(float grad_scale, const std::function<void(int group, int64_t end)>& progress);
+
+  StateStore& store() { return *store_; }
+  const StateStore& store() const { return *store_; }
+  const std::vector<PartitionGroupSpec>& groups() const { return groups_; }
+
+ private:
+  struct Span {
+    int64_t offset, numel;  // in the partition
+    size_t segment;
+    int64_t tensor = -1;    // Lamb
+  };
+  // The spans of sub-group i, in partition order.
+  std::vector<Span> SpansOf(int i, bool by_tensor) const;
+  kernels::OptimSpan KernelSpan(int group, const Span& s, const SubGroupState& st, float grad_scale) const;
+  void StatePointers(const SubGroupState& st, const Span& s, int64_t sub_begin, std::vector<float*>* out) const;
+
+  std::vector<PartitionGroupSpec> groups_;
+  UpdateRule& rule_;
+  PartitionOptimizerOptions opt_;
+  std::unique_ptr<StateStore> store_;
+  int master_slot_ = -1;  // -1: no master copy
+  // Runs of gradients contiguous in memory (merged segments), per group: for the checks.
+  struct GradRun {
+    const void* grads;
+    int64_t numel;
+    int64_t offset;
+  };
+  std::vector<std::vector<GradRun>> grad_runs_;
+};
+
+}  // namespace zerorun::zero
