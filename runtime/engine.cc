@@ -1,5 +1,6 @@
-// Engine construction, the observer that streams gradients into reduction buckets, forward/backward
-// and the counters. The boundary step (overflow, norm, clip, update, gather) is in engine_step.cc.
+// Engine construction, the observer that hands the model's windows to the ZeRO strategy,
+// forward/backward and the counters. The boundary step (overflow, norm, clip, update) is in
+// engine_step.cc; everything that depends on the ZeRO stage is in zero/ (zero/strategy.h).
 #include "zerorun/runtime/engine.h"
 
 #include <algorithm>
@@ -14,101 +15,94 @@
 
 namespace zerorun::runtime {
 
-// The engine's side of the model's windows: reports final gradients to the reducers while this
-// backward reduces (boundary micro-steps for stages 0/1, every micro-step for stages 2/3), binds stage
-// 2's transient gradient buffers, and at stage 3 gathers each module's parameters for its window and
-// releases them after.
+// ---- the model's parameters as zero/ sees them ---------------------------------------------------
+
+void EngineParamHost::ReadInitial(int id, int64_t offset, const Tensor& out) {
+  const nn::Parameter& p = P(id);
+  const int64_t n = out.numel();
+  ZR_CHECK(offset >= 0 && offset + n <= p.numel(), "elements [{}, {}) of {} ({} elements)", offset, offset + n,
+           p.name(), p.numel());
+  if (!init_seed_) {
+    out.CopyFrom(p.engine_data().Flatten().View(offset, {n}));
+    return;
+  }
+  // From the recipe: only these elements are ever computed (position-stable in seed, name, index).
+  Tensor values = out.dtype() == DType::kF32 && out.device().is_cpu()
+                      ? out
+                      : Tensor::Empty({n}, DType::kF32, Device::CPU(), MemCategory::kOther);
+  nn::FillInit(p.init(), p.shape(), *init_seed_, p.name(), offset, values.data_as<float>(), n);
+  if (values.data() != out.data()) out.CopyFrom(values);
+}
+
+Tensor EngineParamHost::Value(int id) const {
+  const Tensor& t = P(id).engine_data();
+  return t.defined() ? t.Flatten() : Tensor();
+}
+
+void EngineParamHost::BindData(int id, const Tensor& value) {
+  nn::Parameter& p = P(id);
+  p.BindData(value.Reshape(p.shape()));
+  p.SetAvailable(true);
+}
+
+void EngineParamHost::ReleaseData(int id) {
+  nn::Parameter& p = P(id);
+  p.ReleaseData();
+  p.SetAvailable(false);
+}
+
+void EngineParamHost::BindGrad(int id, const Tensor& grad) {
+  nn::Parameter& p = P(id);
+  p.BindGrad(grad.Reshape(p.shape()));
+}
+
+// The engine's side of the model's windows: each module's window, with the ids of its own
+// parameters, goes to the strategy (which gathers and releases them at stage 3, binds transient
+// gradient buffers at stage 2, and streams final gradients into reduction buckets).
 class Engine::Observer final : public nn::ModuleObserver {
  public:
   explicit Observer(Engine& e) : e_(e) {}
 
-  // ---- stage 3: gather a module's parameters around its windows, release after ---------------
   void PreForward(nn::Module& m, bool) override {
-    if (e_.zero_stage() == 3) Gather(m, /*backward=*/false);
+    if (Ids(m)) e_.impl_->strategy->PreForward(module_, ids_);
   }
   void PostForward(nn::Module& m, bool) override {
-    if (e_.zero_stage() == 3) Release(m);
+    if (Ids(m)) e_.impl_->strategy->PostForward(module_, ids_);
+  }
+  void PreBackward(nn::Module& m) override {
+    if (Ids(m)) e_.impl_->strategy->PreBackward(module_, ids_);
   }
   void PostBackward(nn::Module& m) override {
-    if (e_.zero_stage() == 3) Release(m);
-  }
-
-  void PreBackward(nn::Module& m) override {
-    if (e_.zero_stage() == 3) {
-      Gather(m, /*backward=*/true);
-      return;
-    }
-    if (e_.zero_stage() < 2) return;
-    // Stage 2: gradients live in transient bucket buffers; bind them before the layer adds into them.
-    for (nn::Parameter* p : m.DirectParameters()) {
-      auto it = e_.impl_->where.find(p);
-      if (it == e_.impl_->where.end()) continue;
-      auto& g = e_.impl_->groups[static_cast<size_t>(it->second.first)];
-      p->BindGrad(g.reducer->GradView(it->second.second, p->shape()));
-    }
+    if (Ids(m)) e_.impl_->strategy->PostBackward(module_, ids_);
   }
   void GradsReady(nn::Module&, const std::vector<nn::Parameter*>& params) override {
-    for (nn::Parameter* p : params) e_.impl_->grads_seen.insert(p);
-    if (e_.zero_stage() == 3) {
-      for (nn::Parameter* p : params) {
-        auto it = e_.impl_->param_id.find(p);
-        if (it == e_.impl_->param_id.end() || !p->requires_grad()) continue;
-        Tensor& full = e_.impl_->full_grads[static_cast<size_t>(it->second)];
-        e_.impl_->coord->ReduceGrad(it->second, full);
-        full = Tensor();
-        p->ReleaseGrad();
-      }
-      return;
-    }
-    if (!e_.impl_->reducing) return;
+    Impl& im = *e_.impl_;
+    ids_.clear();
     for (nn::Parameter* p : params) {
-      auto it = e_.impl_->where.find(p);
-      if (it == e_.impl_->where.end()) continue;
-      e_.impl_->groups[static_cast<size_t>(it->second.first)].reducer->MarkReady(it->second.second);
+      im.grads_seen.insert(p);
+      auto it = im.param_id.find(p);
+      if (it != im.param_id.end()) ids_.push_back(it->second);
     }
+    if (!ids_.empty()) im.strategy->GradsReady(ids_);
   }
 
  private:
-  void Gather(nn::Module& m, bool backward) {
+  // The ids of m's own parameters into ids_ and m's id into module_; false when it has none.
+  bool Ids(nn::Module& m) {
     Impl& im = *e_.impl_;
-    std::vector<std::pair<nn::Parameter*, int>> owned;
-    std::vector<int> ids;
+    ids_.clear();
     for (nn::Parameter* p : m.DirectParameters()) {
       auto it = im.param_id.find(p);
-      if (it == im.param_id.end()) continue;
-      owned.emplace_back(p, it->second);
-      ids.push_back(it->second);
+      if (it != im.param_id.end()) ids_.push_back(it->second);
     }
-    if (ids.empty()) return;
-    auto [mit, inserted] = im.module_id.try_emplace(&m, static_cast<int>(im.module_id.size()));
-    im.coord->set_purpose(backward ? zero::ParamCoordinator::Purpose::kBackward
-                                   : zero::ParamCoordinator::Purpose::kForward);
-    im.coord->Enter(mit->second * 2 + (backward ? 1 : 0), ids);
-    for (auto [p, id] : owned) {
-      p->BindData(im.coord->Acquire(id).Reshape(p->shape()));
-      p->SetAvailable(true);
-      if (backward && p->requires_grad()) {
-        Tensor& full = im.full_grads[static_cast<size_t>(id)];
-        if (!full.defined()) {  // a tied parameter keeps its gradient across its modules' backwards
-          full = Tensor::Zeros(p->shape(), e_.config_.GradAccumDType(), Device::CPU(), MemCategory::kBuckets);
-        }
-        p->BindGrad(full);
-      }
-    }
-  }
-  void Release(nn::Module& m) {
-    Impl& im = *e_.impl_;
-    for (nn::Parameter* p : m.DirectParameters()) {
-      auto it = im.param_id.find(p);
-      if (it == im.param_id.end()) continue;
-      if (!im.coord->Release(it->second)) {
-        p->ReleaseData();
-        p->SetAvailable(false);
-      }
-    }
+    if (ids_.empty()) return false;
+    module_ = im.module_id.try_emplace(&m, static_cast<int>(im.module_id.size())).first->second;
+    return true;
   }
 
   Engine& e_;
+  std::vector<int> ids_;
+  int module_ = 0;
 };
 
 Engine::Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Communicator> comm, EngineOptions options)
@@ -128,12 +122,7 @@ Engine::Engine(nn::LossModule& model, Config config, comm::Communicator& comm, E
 
 Engine::~Engine() {
   model_.SetObserver(nullptr);
-  if (impl_) {
-    for (auto& g : impl_->groups) {
-      if (g.reducer) g.reducer->Reset();
-    }
-    if (impl_->coord) impl_->coord->Reset();
-  }
+  if (impl_) impl_->strategy.reset();  // waits for what is in flight before the buffers go
 }
 
 void Engine::Init() {
@@ -142,7 +131,6 @@ void Engine::Init() {
   impl_ = std::make_unique<Impl>();
   ValidateForEngine(config_, comm_->size());  // the checks `zerorun-config check` runs too
   ApplyProcessSettings(config_, *comm_);       // log_level, comms_logger
-  const int stage = zero_stage();
   model_dtype_ = config_.ModelDType();
   std::vector<nn::Parameter*> params = model_.Parameters();
   for (nn::Parameter* p : params) {
@@ -158,21 +146,11 @@ void Engine::Init() {
                "or set EngineOptions::init_seed", p->name());
     }
   }
-  if (options_.init_seed) {
-    model_.SetRngSeed(*options_.init_seed);
-    // Frozen parameters are not partitioned at stages 0-2: they get their full value here (stage 3
-    // shards them like the others).
-    for (nn::Parameter* p : params) {
-      if (p->requires_grad() || stage == 3) continue;
-      p->AllocateData();
-      nn::FillInitTensor(p->init(), *options_.init_seed, p->name(), p->engine_data());
-    }
-  }
+  if (options_.init_seed) model_.SetRngSeed(*options_.init_seed);
   groups_ = BuildParamGroups(params, options_.groups);
   if (groups_.empty()) ZR_THROW(InvalidArgument, "the model has no trainable parameters");
-  for (const ParamGroup& pg : groups_) impl_->trainable_params += static_cast<int64_t>(pg.params.size());
-  BuildGroups();
   BuildOptimizer();
+  BuildStrategy(params);
   impl_->scaler = MakeLossScaler(config_);
   impl_->observer = std::make_unique<Observer>(*this);
   model_.SetObserver(impl_->observer.get());
@@ -186,115 +164,49 @@ void Engine::Init() {
   }
   if (rank() == 0) {
     ZR_INFO("engine: ZeRO stage {}, {} on {} rank(s), {} parameters in {} group(s), micro batch {} x accumulation {} "
-            "x world {} = batch {}", stage, DTypeName(model_dtype_), world_size(), num_parameters_, groups_.size(),
-            config_.micro_batch_per_gpu(), config_.gradient_accumulation_steps(), world_size(),
+            "x world {} = batch {}", zero_stage(), DTypeName(model_dtype_), world_size(), num_parameters_,
+            groups_.size(), config_.micro_batch_per_gpu(), config_.gradient_accumulation_steps(), world_size(),
             config_.train_batch_size());
   }
   if (config_.dump_state && rank() == 0) ZR_INFO("{}", EngineStateText(*this));
 }
 
-void Engine::BuildGroups() {
-  if (zero_stage() == 3) return BuildGroupsStage3();
-  const int world = comm_->size();
-  const int rank = comm_->rank();
-  const int stage = zero_stage();
-  const DType grad_dtype = config_.GradAccumDType();
-  const bool master_copy = model_dtype_ != DType::kF32;
+void Engine::BuildStrategy(const std::vector<nn::Parameter*>& model_params) {
+  // zero/'s ids: the trainable parameters group by group, then the frozen ones in model order.
+  std::vector<nn::Parameter*> by_id;
+  std::vector<zero::ParamSpec> specs;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    ParamGroup& pg = groups_[gi];
-    GroupState gs;
-    std::vector<int64_t> numels;
-    for (nn::Parameter* p : pg.params) numels.push_back(p->numel());
-    // Stage 0 still pads to 2W so the same layout (and checkpoint geometry) serves every stage.
-    gs.layout = zero::LayoutFlatGroup(numels, world, 2, stage >= 1 && config_.zero_optimization.round_robin_gradients);
-    gs.own = stage == 0 ? zero::Range{0, gs.layout.padded_numel} : gs.layout.Partition(rank);
-    gs.flat_params = Tensor::Zeros({gs.layout.padded_numel}, model_dtype_, Device::CPU(), MemCategory::kParams);
-    for (size_t i = 0; i < pg.params.size(); ++i) {
-      nn::Parameter* p = pg.params[i];
-      Tensor view = gs.flat_params.View(gs.layout.offsets[i], p->shape());
-      if (options_.init_seed) {
-        nn::FillInitTensor(p->init(), *options_.init_seed, p->name(), view);
-      } else {
-        view.CopyFrom(p->engine_data());
-      }
-      p->BindData(view);
-      impl_->where[p] = {static_cast<int>(gi), static_cast<int>(i)};
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      nn::Parameter* p = groups_[gi].params[i];
+      by_id.push_back(p);
+      specs.push_back({p->name(), p->numel(), static_cast<int>(gi), static_cast<int>(i)});
     }
-    zero::GradReduceOptions ro;
-    // reduce_bucket_size at every stage (DeepSpeed's stage 0 uses a fixed 5e8, the same as the default).
-    ro.bucket_numel = std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
-    ro.comm_dtype = config_.CommDType();
-    ro.average = config_.gradient_allreduce_op == AllReduceOp::kMean;
-    ro.prescale = config_.prescale_gradients;
-    ro.predivide = config_.gradient_predivide_factor;
-    // Collectives run on the communicator's own thread, so buckets travel during backward, unless the
-    // config says "overlap_comm": false: then each bucket is reduced and waited for when it is ready.
-    ro.synchronous = config_.OverlapCommDisabled();
-    if (stage <= 1) {
-      // Full gradients accumulate locally over micro-steps. Stage 0 all-reduces them; stage 1 reduces
-      // each bucket only to the owners of its elements (reduce-scatter volume), into the owner's
-      // partition of this same buffer.
-      gs.flat_grads = Tensor::Zeros({gs.layout.padded_numel}, grad_dtype, Device::CPU(), MemCategory::kGrads);
-      for (size_t i = 0; i < pg.params.size(); ++i) {
-        pg.params[i]->BindGrad(gs.flat_grads.View(gs.layout.offsets[i], pg.params[i]->shape()));
-      }
-      gs.own_grads = gs.flat_grads.View(gs.own.begin, {gs.own.size()});
-      if (stage == 0) {
-        ro.mode = zero::GradReduceOptions::Mode::kAllReduce;
-      } else {
-        ro.mode = zero::GradReduceOptions::Mode::kScatter;
-        ro.accumulate_partition = false;
-        gs.part_grads = gs.own_grads;
-      }
-    } else {
-      ro.mode = zero::GradReduceOptions::Mode::kScatter;
-      gs.part_grads = Tensor::Zeros({gs.layout.partition_numel}, grad_dtype, Device::CPU(), MemCategory::kGrads);
-      gs.own_grads = gs.part_grads;
-    }
-    gs.reducer = std::make_unique<zero::GradientReducer>(gs.layout, grad_dtype, *comm_, ro, gs.flat_grads,
-                                                         gs.part_grads);
-    gs.own_params = gs.flat_params.View(gs.own.begin, {gs.own.size()});
-    for (zero::ParamSlice sl : zero::ParamsIn(gs.layout, gs.own)) {
-      sl.flat_offset -= gs.own.begin;
-      gs.own_slices.push_back(sl);
-    }
-    if (master_copy) {
-      gs.master = Tensor::Empty({gs.own.size()}, DType::kF32, Device::CPU(), MemCategory::kMaster);
-      gs.master.CopyFrom(gs.own_params);
-    } else {
-      gs.master = gs.own_params;  // fp32 training: the parameters are their own master weights
-    }
-    impl_->groups.push_back(std::move(gs));
   }
+  impl_->trainable_params = static_cast<int64_t>(by_id.size());
+  for (nn::Parameter* p : model_params) {
+    if (p->requires_grad()) continue;
+    by_id.push_back(p);
+    specs.push_back({p->name(), p->numel(), -1, -1});
+  }
+  for (size_t id = 0; id < by_id.size(); ++id) impl_->param_id[by_id[id]] = static_cast<int>(id);
+  impl_->host = std::make_unique<EngineParamHost>(by_id, options_.init_seed);
+  impl_->strategy = zero::MakeStrategy(StrategyOptionsFromConfig(config_, comm_->device()), std::move(specs),
+                                       *impl_->host, *impl_->optimizer, *comm_, timers_);
 }
 
 void Engine::BuildOptimizer() {
   std::vector<ParamGroupSpec> specs;
   OptimizerOptions oo;
   OptimizerHyper base = OptimizerHyperFromConfig(config_.optimizer, &oo.type);
-  oo.account = &account_;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const ParamGroup& pg = groups_[gi];
-    const GroupState& gs = impl_->groups[gi];
+  for (const ParamGroup& pg : groups_) {
     ParamGroupSpec spec;
     spec.name = pg.Describe();
-    spec.numel = gs.own.size();
     spec.hyper = base;
     spec.hyper.lr = pg.lr.value_or(base.lr) * pg.lr_scale;
     spec.hyper.weight_decay = pg.weight_decay ? pg.weight_decay_value.value_or(base.weight_decay) : 0.0;
-    if (oo.type == OptimizerType::kLamb) {
-      // Per-tensor pieces of this rank's range (tensor id = index in the group).
-      for (const zero::ParamSlice& s : gs.own_slices) spec.pieces.push_back({s.flat_offset, s.numel, s.param});
-      spec.num_tensors = static_cast<int64_t>(pg.params.size());
-    }
     specs.push_back(std::move(spec));
   }
   impl_->optimizer = std::make_unique<Optimizer>(oo, std::move(specs));
-  if (oo.type == OptimizerType::kLamb && zero_stage() >= 1 && world_size() > 1) {
-    impl_->optimizer->set_norm_reducer([this](std::vector<double>& sums) {
-      comm_->AllReduce(sums.data(), sums.size(), DType::kF64, comm::ReduceOp::kSum).Wait();
-    });
-  }
   impl_->scheduler = MakeSchedulerFromConfig(config_.scheduler, *impl_->optimizer);
 }
 
@@ -307,15 +219,11 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   ScopedMemoryAccount scope(&account_);
   ScopedTimer timer(timers_, "forward");
   model_.Train();
-  impl_->reducing = zero_stage() >= 2 || IsGradientAccumulationBoundary();
   impl_->grads_seen.clear();
-  if (impl_->coord) {
-    impl_->coord->BeginPass();
-    impl_->coord->TakeWaitMs();  // waits outside forward/backward (GatherParameters) are not counted
-  }
+  impl_->strategy->BeginForward(IsGradientAccumulationBoundary());
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
   last_loss_ = model_.ForwardLoss(AutoCastInput(config_, inputs), targets);
-  if (impl_->coord) timers_.Add("gather_wait", impl_->coord->TakeWaitMs());  // stage 3: inside "forward"
+  impl_->strategy->EndForward();
   forward_pending_ = true;
   return last_loss_;
 }
@@ -328,29 +236,10 @@ void Engine::Backward() {
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
   try {
     model_.BackwardLoss(static_cast<float>(impl_->scaler.scale() / gas));
-    // overlap_comm false: the time backward spent reducing buckets synchronously (inside "backward").
-    double reduce_wait_ms = impl_->coord ? impl_->coord->TakeReduceWaitMs() : 0.0;
-    for (auto& g : impl_->groups) reduce_wait_ms += g.reducer ? g.reducer->TakeSyncWaitMs() : 0.0;
-    timers_.Add("reduce_wait", reduce_wait_ms);
-    if (zero_stage() == 3) {
-      timers_.Add("gather_wait", impl_->coord->TakeWaitMs());  // inside "backward"
-      ScopedTimer reduce_timer(timers_, "backward_allreduce");
-      impl_->coord->FinishGrads();
-    } else if (zero_stage() == 2) {
-      // Stage 2 reduces every micro-step into the partition accumulators.
-      ScopedTimer reduce_timer(timers_, "backward_allreduce");
-      for (auto& g : impl_->groups) g.reducer->Finish();
-      // Drop the views into the (now reduced) transient buckets so their memory is returned.
-      for (auto& pg : groups_) {
-        for (nn::Parameter* p : pg.params) p->ReleaseGrad();
-      }
-    }
+    impl_->strategy->EndBackward();
     if (static_cast<int64_t>(impl_->grads_seen.size()) < impl_->trainable_params) CheckUnusedParameters();
   } catch (...) {
-    for (auto& g : impl_->groups) {
-      if (g.reducer) g.reducer->Reset();
-    }
-    if (impl_->coord) impl_->coord->Reset();
+    impl_->strategy->AbortBackward();
     throw;
   }
 }
@@ -380,12 +269,7 @@ void Engine::CheckUnusedParameters() {
   impl_->unused_reported = true;
 }
 
-void Engine::ZeroGrad() {
-  for (auto& g : impl_->groups) {
-    if (g.flat_grads.defined()) g.flat_grads.Zero();
-    if (g.part_grads.defined()) g.part_grads.Zero();
-  }
-}
+void Engine::ZeroGrad() { impl_->strategy->ZeroGrads(); }
 
 StepResult Engine::Step() {
   ScopedMemoryAccount scope(&account_);
@@ -417,15 +301,10 @@ std::vector<std::pair<double, double>> Engine::GetMomentum() const {
 void Engine::Impl::VisitFullParameters(zero::ParamCoordinator::Purpose purpose,
                                        const std::vector<nn::Parameter*>& params,
                                        const std::function<void(nn::Parameter*, const Tensor&)>& fn) {
-  if (coord) coord->set_purpose(purpose);
   for (nn::Parameter* p : params) {
-    auto it = param_id.find(p);
-    if (it == param_id.end()) {
-      fn(p, p->engine_data());
-      continue;
-    }
-    fn(p, coord->Acquire(it->second).Reshape(p->shape()));
-    coord->Release(it->second);
+    const int id = param_id.at(p);
+    fn(p, strategy->AcquireFull(id, purpose).Reshape(p->shape()));
+    strategy->ReleaseFull(id);
   }
 }
 
@@ -440,6 +319,8 @@ std::vector<Tensor> Engine::GatherParameters() {
 }
 
 const Optimizer& Engine::optimizer() const { return *impl_->optimizer; }
+
+zero::Strategy& Engine::zero_strategy() { return *impl_->strategy; }
 
 double Engine::loss_scale() const { return impl_->scaler.scale(); }
 

@@ -5,14 +5,15 @@
 //     engine.Backward();                              // gradients of loss × loss_scale / gas
 //     engine.Step();                                  // on the accumulation boundary: reduce, update
 //
-// What it does (DESIGN.md "one training step"): every trainable parameter is laid, per parameter
-// group, into one flat 16-bit (or fp32) buffer and re-pointed at a view of it; gradients land in a
-// flat buffer too (stages 0/1) or stream into partitioned accumulators (stage 2). During backward the
-// model's observer reports gradients that are final and full buckets are reduced asynchronously
-// (overlap). On the boundary Step() waits for the reductions, agrees overflow and the global norm
-// across ranks, updates the loss scale, unscales and clips inside the optimizer's single pass over
-// this rank's partition of fp32 master weights, writes the 16-bit copy, all-gathers it (stages 1/2),
-// steps the LR schedule (not on skipped steps) and advances the counters.
+// What it does (DESIGN.md "one training step"): the ZeRO strategy of the configured stage
+// (zero/strategy.h) lays out parameters, gradients and optimizer state; during forward and backward
+// the model's observer hands each module's window to it (stage 3 gathers parameters there) and final
+// gradients stream into reduction buckets that travel while backward goes on (overlap). On the
+// boundary Step() waits for the reductions, has the strategy agree overflow and the global norm across
+// ranks, updates the loss scale, and has the strategy step this rank's partition of fp32 master
+// weights (state store, sub-group by sub-group) with one combined unscale+clip factor, writing the
+// 16-bit copy and refreshing the parameters (all-gathers at stages 1/2); then steps the LR schedule
+// (not on skipped steps) and advances the counters. The engine itself holds no stage branches.
 //
 // Counters follow DeepSpeed (reference §3.1): micro_steps counts Step() calls; global_steps and
 // global_samples advance on every boundary, skipped ones included; skipped_steps counts overflows.
@@ -36,6 +37,10 @@
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/nn/loss.h"
 #include "zerorun/runtime/param_groups.h"
+
+namespace zerorun::zero {
+class Strategy;
+}
 
 namespace zerorun::runtime {
 
@@ -136,15 +141,21 @@ class Engine {
   int zero_stage() const { return config_.zero_optimization.StageNumber(); }
   DType model_dtype() const { return model_dtype_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
-  // The optimizer over this rank's partitions (hyper-parameters, step counts, state).
+  // The optimizer: hyper-parameters, step counts and update rules (its state is in the strategy's
+  // state store, zero/state_store.h).
   const Optimizer& optimizer() const;
+  // The ZeRO strategy (zero/strategy.h): this rank's layout, its state store (fp32 master weights and
+  // optimizer state, zero/state_store.h) and where each parameter's state lives (StateExtents). For
+  // checkpoints and tests; training goes through Forward/Backward/Step.
+  zero::Strategy& zero_strategy();
   // Parameters of the model (unique; tied counted once), trainable or not.
   int64_t num_parameters() const { return num_parameters_; }
   // Bytes this engine (and the model driven through it) holds, by category.
   MemoryAccount& memory() { return account_; }
   // Milliseconds by name: forward, backward, backward_allreduce (waiting for gradient reductions after
   // backward), step, allgather (waiting for parameter gathers after the update), reduce_wait (the part
-  // of backward spent reducing gradient buckets synchronously: "overlap_comm": false); stage 3 also
+  // of backward spent reducing gradient buckets synchronously, "overlap_comm": false, or waiting for
+  // one of the two in-flight bucket slots to free up); stage 3 also
   // gather_wait (the part of forward and backward spent blocked on parameter gathers).
   Timers& timers() { return timers_; }
   nn::LossModule& model() { return model_; }
@@ -153,17 +164,14 @@ class Engine {
 
  private:
   struct Impl;
-  struct GroupState;
   class Observer;
   friend class Observer;
 
   void Init();
-  void BuildGroups();
-  void BuildGroupsStage3();
   void BuildOptimizer();
+  void BuildStrategy(const std::vector<nn::Parameter*>& model_params);
   void LogProgress();
   StepResult BoundaryStep();
-  bool CheckOverflow(std::vector<std::string>* bad_params);
   void CheckUnusedParameters();  // after a backward that left trainable parameters without gradients
 
   nn::LossModule& model_;

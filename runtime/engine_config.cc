@@ -1,4 +1,6 @@
-// The typed config's optimizer, scheduler and fp16 sections as the objects the engine drives.
+// The typed config as the objects the engine drives: optimizer, scheduler, loss scaler, ZeRO strategy options.
+#include <algorithm>
+
 #include "zerorun/core/error.h"
 #include "zerorun/runtime/engine_internal.h"
 
@@ -152,6 +154,33 @@ std::unique_ptr<LrScheduler> MakeSchedulerFromConfig(const SchedulerConfig& c, H
   } catch (const InvalidArgument& e) {
     ZR_THROW(ConfigError, "scheduler.params: {}", e.what());
   }
+}
+
+zero::StrategyOptions StrategyOptionsFromConfig(const Config& c, Device device) {
+  const ZeroConfig& z = c.zero_optimization;
+  zero::StrategyOptions o;
+  o.stage = z.StageNumber();
+  o.param_dtype = c.ModelDType();
+  o.grad_dtype = c.GradAccumDType();
+  o.comm_dtype = c.CommDType();
+  o.device = device;
+  o.average = c.gradient_allreduce_op == AllReduceOp::kMean;
+  o.prescale = c.prescale_gradients;
+  o.predivide = c.gradient_predivide_factor;
+  // Collectives run on the communicator's own thread, so buckets travel during backward, unless the
+  // config says "overlap_comm": false: then each bucket is reduced and waited for when it is ready.
+  o.synchronous = c.OverlapCommDisabled();
+  // reduce_bucket_size at every stage (DeepSpeed's stage 0 uses a fixed 5e8, the same as the default).
+  o.reduce_bucket_numel = std::max<int64_t>(1, z.reduce_bucket_size);
+  o.allgather_bucket_numel = z.allgather_bucket_size;
+  o.round_robin = z.round_robin_gradients;
+  o.sub_group_size = z.sub_group_size;
+  o.stage3.prefetch_numel = z.prefetch_bucket_size;
+  o.stage3.max_live_numel = z.max_live_parameters;
+  o.stage3.persistence_threshold = z.param_persistence_threshold;
+  o.stage3.max_reuse_distance = z.max_reuse_distance;
+  o.stage3.sanity_checks = z.enable_sanity_checks;
+  return o;
 }
 
 }  // namespace zerorun::runtime

@@ -1,12 +1,12 @@
-// Engine internals shared by engine.cc and engine_step.cc (not installed API): per-group buffers and
-// the translation of the typed config into optimizer, scheduler and loss-scaler objects.
+// Engine internals shared by engine.cc, engine_step.cc and engine_save.cc (not installed API): the
+// ZeRO strategy the engine drives, the model's parameters as zero/ sees them, and the translation of
+// the typed config into optimizer, scheduler, loss-scaler and strategy options.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
-#include <utility>
 #include <vector>
 
 #include "zerorun/core/tensor.h"
@@ -16,44 +16,41 @@
 #include "zerorun/runtime/lr_schedules.h"
 #include "zerorun/runtime/monitor.h"
 #include "zerorun/runtime/optim/optimizer.h"
-#include "zerorun/zero/gradient_reducer.h"
-#include "zerorun/zero/param_coordinator.h"
-#include "zerorun/zero/partition.h"
+#include "zerorun/zero/strategy.h"
 
 namespace zerorun::runtime {
 
-struct Engine::GroupState {
-  zero::FlatGroupLayout layout;
-  zero::Range own;        // this rank's range of the flat buffer: all of it (stage 0) or its partition
-  Tensor flat_params;     // (padded) model dtype: every parameter of the group is a view of it
-  Tensor flat_grads;      // stages 0/1: (padded) gradient dtype, parameters' grads are views of it
-  Tensor part_grads;      // stage 2: (partition) reduced gradients of this rank's partition
-  Tensor own_grads;       // (own.size()) the gradients the optimizer reads
-  Tensor own_params;      // (own.size()) view of flat_params
-  Tensor master;          // (own.size()) fp32 master weights (= own_params for fp32 training)
-  std::unique_ptr<zero::GradientReducer> reducer;  // stages 0-2
-  std::vector<int64_t> shard_offsets;               // stage 3: each parameter's shard in the partition
-  // The pieces of the group's parameters inside this rank's range, flat_offset relative to own.begin
-  // (overflow attribution, Lamb's per-tensor norms).
-  std::vector<zero::ParamSlice> own_slices;
+// The model's parameters by the dense ids zero/ uses (trainable ones group by group, then frozen):
+// re-points them for the strategy and reads their initial values (init recipe and seed, or the
+// value the model holds).
+class EngineParamHost final : public zero::ParamHost {
+ public:
+  EngineParamHost(std::vector<nn::Parameter*> params, std::optional<uint64_t> init_seed)
+      : params_(std::move(params)), init_seed_(init_seed) {}
+  void ReadInitial(int id, int64_t offset, const Tensor& out) override;
+  bool HasValue(int id) const override { return P(id).engine_data().defined(); }
+  Tensor Value(int id) const override;
+  void BindData(int id, const Tensor& value) override;
+  void ReleaseData(int id) override;
+  void BindGrad(int id, const Tensor& grad) override;
+  void ReleaseGrad(int id) override { P(id).ReleaseGrad(); }
+  nn::Parameter& P(int id) const { return *params_.at(static_cast<size_t>(id)); }
+
+ private:
+  std::vector<nn::Parameter*> params_;
+  std::optional<uint64_t> init_seed_;
 };
 
 struct Engine::Impl {
-  std::vector<GroupState> groups;
-  std::unordered_map<nn::Parameter*, std::pair<int, int>> where;  // parameter -> (group, index)
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<LrScheduler> scheduler;  // may be null (constant lr)
+  std::unique_ptr<EngineParamHost> host;
+  std::unordered_map<nn::Parameter*, int> param_id;        // every parameter of the model -> zero/'s id
+  std::unordered_map<const nn::Module*, int> module_id;    // modules with parameters, in first-use order
+  std::unique_ptr<Optimizer> optimizer;                    // hyper-parameters, step counts, update rules
+  std::unique_ptr<LrScheduler> scheduler;                  // may be null (constant lr)
   LossScaler scaler;
+  std::unique_ptr<zero::Strategy> strategy;                // declared after what it refers to
   std::unique_ptr<nn::ModuleObserver> observer;
   std::unique_ptr<CsvMonitor> monitor;
-  bool reducing = false;                   // this backward reduces its gradients
-  // Stage 3: the coordinator over every trainable parameter (id = position in group order), the
-  // modules' ids for its trace, and each parameter's transient full gradient during backward.
-  std::unique_ptr<zero::ParamCoordinator> coord;
-  std::unordered_map<nn::Parameter*, int> param_id;
-  std::unordered_map<const nn::Module*, int> module_id;
-  std::vector<Tensor> full_grads;
-  Tensor frozen_shards;                    // stage 3: this rank's shards of the frozen parameters
   // ignore_unused_parameters: the trainable parameters whose gradients were reported final in this
   // backward (the others got none), how many there are, and whether the first miss was logged.
   std::unordered_set<nn::Parameter*> grads_seen;
@@ -63,9 +60,8 @@ struct Engine::Impl {
   int64_t last_print_samples = 0;
   int64_t tokens_per_sample = 0;           // numel / rows of the last inputs (B, T) → T
 
-  // Calls fn(p, value) for each of `params` in order with its full value: at stage 3 gathered for
-  // `purpose` (a collective: every rank must call it) and released after fn returns; otherwise the
-  // parameter's own data.
+  // Calls fn(p, value) for each of `params` in order with its full value for `purpose` (at stage 3 a
+  // gather, a collective every rank must join, released after fn returns).
   void VisitFullParameters(zero::ParamCoordinator::Purpose purpose, const std::vector<nn::Parameter*>& params,
                            const std::function<void(nn::Parameter*, const Tensor&)>& fn);
 };
@@ -77,5 +73,7 @@ LossScaler MakeLossScaler(const Config& config);
 OptimizerHyper OptimizerHyperFromConfig(const OptimizerConfig& config, OptimizerType* type);
 // The scheduler section as a scheduler over `target` (nullptr when the config has none).
 std::unique_ptr<LrScheduler> MakeSchedulerFromConfig(const SchedulerConfig& config, HyperTarget& target);
+// The zero_optimization section (and the dtypes) as the strategy's options, on `device`.
+zero::StrategyOptions StrategyOptionsFromConfig(const Config& config, Device device);
 
 }  // namespace zerorun::runtime

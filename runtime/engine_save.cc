@@ -35,7 +35,7 @@ bool Engine::Save16BitModel(const std::string& save_dir, const std::string& file
   if (save_dir.empty()) ZR_THROW(InvalidArgument, "Save16BitModel: save_dir must be a non-empty path");
   if (filename.empty()) ZR_THROW(InvalidArgument, "Save16BitModel: filename must be non-empty");
   const std::string path = (std::filesystem::path(save_dir) / filename).string();
-  if (zero_stage() == 3 && !config_.zero_optimization.gather_16bit_weights_on_model_save) {
+  if (impl_->strategy->ShardsParameters() && !config_.zero_optimization.gather_16bit_weights_on_model_save) {
     // As DeepSpeed: without gathering, a stage-3 module holds only shards; nothing is saved.
     if (rank() == 0) {
       ZR_WARN("did not save the model {}: at ZeRO stage 3 set zero_optimization."

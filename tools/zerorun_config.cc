@@ -234,6 +234,7 @@ int RunEstimate(int argc, char** argv) {
       config_opt = ToTarget(zc.OptimizerOffload());
       config_param = ToTarget(zc.ParamOffload());
       in.reduce_bucket_numel = zc.reduce_bucket_size;
+      in.round_robin = zc.round_robin_gradients;
       in.prefetch_numel = zc.prefetch_bucket_size;
       in.max_live_numel = zc.max_live_parameters;
       in.max_reuse_distance = zc.max_reuse_distance;
@@ -282,8 +283,8 @@ int RunEstimate(int argc, char** argv) {
      << "\n              prefetch " << Grouped(in.prefetch_numel) << ", max live " << Grouped(in.max_live_numel)
      << ", persistence threshold " << Grouped(in.persistence_threshold) << " elements\n"
      << "  reduce bucket " << Grouped(in.reduce_bucket_numel)
-     << " elements (stage 3: full gradients are held until a bucket fills; stages 1/2 hold every\n"
-     << "  bucket of a backward until it ends, so their bucket peak does not depend on it)\n\n";
+     << " elements (at most two buckets in flight at every stage; stage 2 also holds the buckets being\n"
+     << "  filled, stage 3 the full gradients until a bucket fills)\n\n";
   const int w = 11;
   os << std::left << std::setw(40) << "choice" << std::right;
   for (const char* h : {"params", "grads", "master", "optim", "states", "buckets^", "live^", "peak"}) {

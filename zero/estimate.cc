@@ -1,6 +1,6 @@
-// Memory estimate per rank: closed forms of what the engine allocates (runtime/engine.cc,
-// runtime/engine_stage3.cc, zero/gradient_reducer.cc, zero/param_coordinator.cc) and DeepSpeed's
-// estimator formulas (reference §5.2).
+// Memory estimate per rank: closed forms of what the ZeRO strategies allocate (zero/flat_strategy.cc,
+// zero/sharded_strategy.cc, zero/grad_buckets.cc, zero/param_coordinator.cc, zero/state_store.cc) and
+// DeepSpeed's estimator formulas (reference §5.2).
 #include "zerorun/zero/estimate.h"
 
 #include <algorithm>
@@ -63,6 +63,16 @@ void ValidateEstimateInput(const EstimateInput& in) {
   }
 }
 
+namespace {
+
+// The flat layout the engine builds for one group at stages 0-2 (stage 0: buckets unpadded).
+FlatGroupLayout FlatLayout(const EstimateInput& in, const std::vector<int64_t>& group, int stage) {
+  return LayoutFlatGroup(group, in.world_size, 2, stage >= 1 && in.round_robin, std::max<int64_t>(1, in.reduce_bucket_numel),
+                         stage == 0 ? FlatBucketing::kWhole : FlatBucketing::kSplit);
+}
+
+}  // namespace
+
 int64_t PaddedNumel(const EstimateInput& in, int stage) {
   const int64_t n = in.world_size;
   int64_t padded = 0;
@@ -70,15 +80,31 @@ int64_t PaddedNumel(const EstimateInput& in, int stage) {
     if (stage == 3) {
       for (int64_t t : group) padded += AlignUp(t, n);
     } else {
-      int64_t sum = 0;
-      for (int64_t t : group) sum += t;
-      padded += AlignUp(sum, 2 * n);
+      padded += FlatLayout(in, group, stage).padded_numel;
     }
   }
   return padded;
 }
 
 namespace {
+
+// Stages 0-2: the largest bucket (stage 0: its data, what an all-reduce stages; stages 1/2: padded,
+// what a reduce-scatter moves) and the largest tensor (padded to 2N).
+struct FlatSizes {
+  int64_t largest_bucket = 0;
+  int64_t largest_tensor = 0;
+};
+
+FlatSizes SizeFlat(const EstimateInput& in, int stage) {
+  FlatSizes s;
+  for (const auto& group : in.groups) {
+    for (const FlatBucket& b : FlatLayout(in, group, stage).buckets) {
+      s.largest_bucket = std::max(s.largest_bucket, stage == 0 ? b.data_numel : b.range.size());
+    }
+    for (int64_t t : group) s.largest_tensor = std::max(s.largest_tensor, AlignUp(t, 2 * in.world_size));
+  }
+  return s;
+}
 
 // Stage 3: padded elements of the tensors that stay whole (≤ persistence threshold), and the largest
 // of the others.
@@ -137,26 +163,36 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
   e.master_bytes = master_copy ? 4 * own : 0;
   e.optimizer_bytes = k * own;
 
+  // Gradient buckets leave through one queue with at most two in flight (zero/grad_buckets.h).
+  constexpr int64_t kInFlight = 2;
   switch (stage) {
-    case 0:
+    case 0: {
       e.params_bytes = p * pad;
       e.grads_bytes = g * pad;
-      // All-reduce in place on the gradient buffer; a different wire dtype stages every bucket.
-      e.buckets_peak_bytes = staged ? c * pad : 0;
+      // All-reduce in place on the gradient buffer; a different wire dtype stages each bucket in flight.
+      e.buckets_peak_bytes = staged ? c * std::min(pad, kInFlight * SizeFlat(in, 0).largest_bucket) : 0;
       break;
-    case 1:
+    }
+    case 1: {
       e.params_bytes = p * pad;
       e.grads_bytes = g * pad;
-      // Buckets are views of the full gradients; the owner receives its reduced piece of each.
-      e.buckets_peak_bytes = (n > 1 ? c * part : 0) + (staged ? c * pad : 0);
+      // Reduce-scatter in place in the full gradients; a different wire dtype stages each bucket in flight.
+      e.buckets_peak_bytes = staged ? c * std::min(pad, kInFlight * SizeFlat(in, 1).largest_bucket) : 0;
       break;
-    case 2:
+    }
+    case 2: {
       e.params_bytes = p * pad;
       e.grads_bytes = g * part;
-      // Transient bucket buffers: an upper bound with every bucket alive at once (the full gradients
-      // plus the received pieces); buckets are freed as their reductions complete during backward.
-      e.buckets_peak_bytes = g * pad + (n > 1 ? c * part : 0) + (staged ? c * pad : 0);
+      // Transient bucket buffers: those being filled — the buckets of the parameters whose gradients
+      // are being written (at most L elements, the largest layer with its tied tensors, in buckets that
+      // may reach one bucket beyond each end of it), the one waiting for the next layer, and a tied
+      // tensor's — and at most two in flight; reduced in place (a wire dtype stages those in flight).
+      const FlatSizes s = SizeFlat(in, 2);
+      const int64_t layer = in.largest_layer > 0 ? in.largest_layer : s.largest_tensor;
+      e.buckets_peak_bytes = g * std::min(pad, layer + (3 + kInFlight) * s.largest_bucket) +
+                             (staged ? c * std::min(pad, kInFlight * s.largest_bucket) : 0);
       break;
+    }
     case 3: {
       const Stage3Split s = SplitStage3(in);
       e.params_bytes = p * part + p * s.persistent_padded;
@@ -170,11 +206,10 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
       e.live_params_peak_bytes = p * live;
       // Full gradients (grad dtype): the module in backward plus the open bucket, which is packed once
       // it reaches reduce_bucket_size (so a bucket holds less than B + the largest tensor ≤ B + L);
-      // then the packed wire copy and the received block of each bucket until its reduce-scatter
-      // completes, at most two buckets at once.
+      // then the packed wire copy of each bucket (reduce-scattered in place) until it completes, at
+      // most two buckets at once.
       const int64_t bucket = in.reduce_bucket_numel + layer;
-      e.buckets_peak_bytes = g * std::min(pad, layer + in.reduce_bucket_numel) + c * std::min(pad, 2 * bucket) +
-                             c * std::min(part, CeilDiv(2 * bucket, n));
+      e.buckets_peak_bytes = g * std::min(pad, layer + in.reduce_bucket_numel) + c * std::min(pad, kInFlight * bucket);
       break;
     }
   }

@@ -15,9 +15,11 @@ namespace zerorun::zero {
 
 // What is estimated. Sizes are in elements unless named _bytes.
 struct EstimateInput {
-  // Parameter tensors by parameter group (elements of each tensor). Padding follows the engine:
-  // stages 0-2 pad each group's flat buffer to a multiple of 2N, stage 3 pads each tensor to a
-  // multiple of N. When only Ψ is known use ModelOfParams(Ψ): one group holding one tensor.
+  // Parameter tensors by parameter group (elements of each tensor), in the group's order. Padding
+  // follows the engine: stage 0 pads each group's flat buffer to a multiple of 2N; stages 1/2 cut it
+  // into reduce_bucket_numel buckets of whole tensors and pad each bucket to a multiple of 2N (so it
+  // splits into N slices, partition.h); stage 3 pads each tensor to a multiple of N. When only Ψ is
+  // known use ModelOfParams(Ψ): one group holding one tensor.
   std::vector<std::vector<int64_t>> groups;
   int world_size = 1;              // N, data-parallel ranks
   int param_bytes = 2;             // model dtype: 2 (bf16/fp16) or 4 (fp32; then no separate master copy)
@@ -33,8 +35,10 @@ struct EstimateInput {
   // A released parameter reused within this many fetched elements stays gathered (bounded by
   // max_live_numel), so with DeepSpeed's default (1e9) a small model stays gathered through backward.
   int64_t max_reuse_distance = 1'000'000'000;
-  // reduce_bucket_size: stage 3 holds full gradients until a bucket of this many elements is packed.
+  // reduce_bucket_size: the gradient buckets of stages 0-2 (whole tensors up to this many elements);
+  // stage 3 holds full gradients until a bucket of this many padded elements is packed.
   int64_t reduce_bucket_numel = 500'000'000;
+  bool round_robin = false;  // round_robin_gradients (stages 1/2: the tensor order the buckets are cut in)
 };
 
 // One tensor of psi elements in one group (the CLI's --params P).
@@ -80,8 +84,8 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
 // Every stage 0-3 without offload, then each offload choice of stages 1-3.
 std::vector<StageEstimate> EstimateAll(const EstimateInput& in);
 
-// Total padded elements the engine lays out: stage 0-2 Σ_groups AlignUp(Σ tensors, 2N); stage 3
-// Σ_tensors AlignUp(numel, N).
+// Total padded elements the engine lays out: stage 0 Σ_groups AlignUp(Σ tensors, 2N); stages 1/2
+// Σ_groups Σ_buckets AlignUp(bucket, 2N); stage 3 Σ_tensors AlignUp(numel, N).
 int64_t PaddedNumel(const EstimateInput& in, int stage);
 
 // Optimizer state bytes per parameter by DeepSpeed optimizer type (case-insensitive: Adam, AdamW,

@@ -1,13 +1,10 @@
-// ParamCoordinator: gather/release with reference counts, trace-driven prefetch, gradient buckets
-// reduce-scattered into shards.
+// ParamCoordinator: gather/release with reference counts, trace-driven prefetch.
 #include "zerorun/zero/param_coordinator.h"
 
 #include <algorithm>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/timer.h"
-#include "zerorun/kernels/ops.h"
-#include "zerorun/zero/gradient_reducer.h"
 #include "zerorun/zero/partition.h"
 
 namespace zerorun::zero {
@@ -204,104 +201,6 @@ bool ParamCoordinator::Release(int id) {
   return s.state != State::kReleased;
 }
 
-void ParamCoordinator::CompleteFinishedGrads() {
-  // Reductions that are done give their buffers back now rather than at the end of backward.
-  size_t kept = 0;
-  for (size_t i = 0; i < pending_buckets_.size(); ++i) {
-    GradBucket& b = pending_buckets_[i];
-    if (b.work.IsCompleted()) {
-      AccumulateBucket(b);
-    } else {
-      if (kept != i) pending_buckets_[kept] = std::move(b);
-      ++kept;
-    }
-  }
-  pending_buckets_.resize(kept);
-}
-
-void ParamCoordinator::AccumulateBucket(GradBucket& b) {
-  b.work.Wait();
-  const double post = ScalingFor(opt_.average, opt_.prescale, opt_.predivide, comm_.size()).post;
-  const char* base = static_cast<const char*>(b.received.data());
-  const size_t esize = DTypeSize(opt_.comm_dtype);
-  for (size_t i = 0; i < b.ids.size(); ++i) {
-    const Tensor& dst = params_[static_cast<size_t>(b.ids[i])].grad_shard;
-    kernels::Axpy(dst.data(), dst.dtype(), base + static_cast<size_t>(b.offsets[i]) * esize, opt_.comm_dtype,
-                  static_cast<float>(post), dst.numel());
-  }
-  b = GradBucket();
-}
-
-void ParamCoordinator::ReduceGrad(int id, Tensor full_grad) {
-  CompleteFinishedGrads();
-  const Param& p = params_.at(static_cast<size_t>(id));
-  ZR_CHECK(p.grad_shard.defined(), "gradient handed over for parameter {}, which is frozen", id);
-  ZR_CHECK(full_grad.numel() == p.numel, "gradient of parameter {} has {} elements, expected {}", id,
-           full_grad.numel(), p.numel);
-  GradBucket& b = open_bucket_;
-  b.ids.push_back(id);
-  b.fulls.push_back(std::move(full_grad));
-  b.offsets.push_back(b.shard_numel);
-  b.shard_numel += slots_[static_cast<size_t>(id)].shard_numel;
-  if (b.shard_numel * comm_.size() >= opt_.reduce_bucket_numel) SubmitBucket();
-}
-
-void ParamCoordinator::SubmitBucket() {
-  GradBucket& b = open_bucket_;
-  if (b.ids.empty()) return;
-  // Backpressure, as DeepSpeed double-buffers its buckets: at most kMaxBucketsInFlight packed buckets
-  // travel at once, so gradient buffers stay bounded by reduce_bucket_size rather than by the model when
-  // the network is slower than backward. The oldest is waited for before the next one is packed.
-  CompleteFinishedGrads();
-  while (pending_buckets_.size() >= kMaxBucketsInFlight) {
-    AccumulateBucket(pending_buckets_.front());
-    pending_buckets_.erase(pending_buckets_.begin());
-  }
-  const int world = comm_.size();
-  const ReduceScaling sc = ScalingFor(opt_.average, opt_.prescale, opt_.predivide, world);
-  const size_t esize = DTypeSize(opt_.comm_dtype);
-  // Pack rank by rank in the wire dtype, pre-scaled in the same pass (y = 0 + pre·x rounds once); the
-  // padding past each parameter's last element stays zero and reduces to zero.
-  b.packed = Tensor::Zeros({b.shard_numel * world}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
-  char* packed = static_cast<char*>(b.packed.data());
-  for (size_t i = 0; i < b.ids.size(); ++i) {
-    const int64_t numel = params_[static_cast<size_t>(b.ids[i])].numel;
-    const int64_t shard = slots_[static_cast<size_t>(b.ids[i])].shard_numel;
-    const Tensor& full = b.fulls[i];
-    const size_t fsize = DTypeSize(full.dtype());
-    for (int r = 0; r < world; ++r) {
-      const int64_t begin = std::min(numel, r * shard);
-      const int64_t n = std::min(numel, begin + shard) - begin;
-      if (n <= 0) continue;
-      kernels::Axpy(packed + static_cast<size_t>(r * b.shard_numel + b.offsets[i]) * esize, opt_.comm_dtype,
-                    static_cast<const char*>(full.data()) + static_cast<size_t>(begin) * fsize, full.dtype(),
-                    static_cast<float>(sc.pre), n);
-    }
-  }
-  b.fulls.clear();  // the full gradients are returned as soon as they are packed
-  if (world == 1) {
-    b.received = b.packed;
-  } else {
-    b.received = Tensor::Empty({b.shard_numel}, opt_.comm_dtype, comm_.device(), MemCategory::kBuckets);
-    b.work = comm_.ReduceScatter(b.packed.data(), b.received.data(), static_cast<size_t>(b.shard_numel),
-                                 opt_.comm_dtype, sc.op);
-  }
-  pending_buckets_.push_back(std::move(b));
-  open_bucket_ = GradBucket();
-  if (opt_.synchronous_grads) {
-    Stopwatch watch;
-    AccumulateBucket(pending_buckets_.back());
-    pending_buckets_.pop_back();
-    reduce_wait_ms_ += watch.ElapsedMs();
-  }
-}
-
-void ParamCoordinator::FinishGrads() {
-  SubmitBucket();
-  for (GradBucket& b : pending_buckets_) AccumulateBucket(b);
-  pending_buckets_.clear();
-}
-
 void ParamCoordinator::RefreshPersistent() {
   std::vector<comm::Work> works;
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -317,14 +216,6 @@ void ParamCoordinator::RefreshPersistent() {
 }
 
 void ParamCoordinator::Reset() {
-  for (GradBucket& b : pending_buckets_) {
-    try {
-      b.work.Wait();
-    } catch (...) {
-    }
-  }
-  pending_buckets_.clear();
-  open_bucket_ = GradBucket();
   for (Slot& s : slots_) {
     if (s.state == State::kInFlight) {
       try {

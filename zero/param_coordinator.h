@@ -1,7 +1,8 @@
 // ZeRO stage 3: the parameter coordinator. Each rank keeps only a shard of every parameter (see
 // ShardParamStage3 in partition.h); the coordinator gathers a parameter's full value when a module
-// needs it and frees it when no module does, reduce-scatters full gradients back into shards, and
-// prefetches along the order in which modules ran in the previous pass.
+// needs it, frees it when no module does, and prefetches along the order in which modules ran in the
+// previous pass. It only fetches, prefetches and releases: gradients leave through the gradient-bucket
+// path (grad_buckets.h, ShardGradBuckets).
 //
 // Parameters are identified by dense ids. It knows nothing of modules' types: the engine reports
 // "module M is entering its forward/backward with parameters P..." (Enter) and the coordinator keeps
@@ -14,12 +15,6 @@
 // param_persistence_threshold); RefreshPersistent re-gathers them after the optimizer updated shards.
 // A released parameter whose next use in the trace is within `max_reuse_distance` fetched elements
 // stays resident too (DeepSpeed's max_reuse_distance), as long as `max_live_numel` allows.
-//
-// Gradients: ReduceGrad hands over a parameter's full gradient when its backward is done; gradients
-// collect into a bucket until it holds `reduce_bucket_numel` padded elements, then the bucket is packed
-// rank by rank ([rank 0's shard of each parameter | rank 1's ... ]) and leaves as one reduce-scatter,
-// asynchronously, while backward goes on (DeepSpeed's reduce_scatter_coalesced of an IPG bucket). At
-// most two packed buckets travel at once: packing a third waits for the oldest.
 //
 // Every collective is submitted in the same order on every rank because every rank runs the same
 // module sequence. A rank that does not (rank-conditional model code: a save or a generate step on
@@ -56,25 +51,13 @@ struct Stage3Options {
   // save or gather run on some ranks only while the others train, at a cost of a few tiny collectives
   // per step.
   bool sanity_checks = false;
-  DType comm_dtype = DType::kF32;            // gradient reduce-scatter dtype
-  // reduce_bucket_size: padded gradient elements per reduce-scatter (a larger parameter goes alone).
-  int64_t reduce_bucket_numel = 500'000'000;
-  // Averaging of the gradients (see ScalingFor in gradient_reducer.h): mean or sum, prescale_gradients,
-  // gradient_predivide_factor.
-  bool average = true;
-  bool prescale = false;
-  double predivide = 1.0;
-  // A full gradient bucket's reduce-scatter is waited for (and added into the shards) at once, on the
-  // backward thread, instead of travelling while backward goes on (overlap_comm: false).
-  bool synchronous_grads = false;
 };
 
 class ParamCoordinator {
  public:
   struct Param {
     int64_t numel = 0;
-    Tensor shard;       // (shard_numel) this rank's shard, in the model dtype (a view into its partition)
-    Tensor grad_shard;  // (shard_numel) this rank's gradient accumulator for it (undefined: frozen)
+    Tensor shard;  // (shard_numel) this rank's shard, in the model dtype (a view into its partition)
   };
 
   ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options);
@@ -102,12 +85,6 @@ class ParamCoordinator {
   // The caller no longer needs `id`; its full buffer is freed when no one holds it (persistent ones stay).
   // Returns true when the full value is still resident.
   bool Release(int id);
-  // Hands over a full gradient (numel elements, any floating dtype) to be reduce-scattered over the
-  // ranks (averaged as the options say) and added into this rank's grad_shard. It joins the open
-  // bucket; a full bucket is submitted at once. `full_grad` is held until its bucket is packed.
-  void ReduceGrad(int id, Tensor full_grad);
-  // Submits the open bucket, waits for every reduction of this backward and adds them into the shards.
-  void FinishGrads();
   // After the optimizer updated the shards: re-gathers the persistent parameters in place and drops
   // every other resident full value (it is stale now).
   void RefreshPersistent();
@@ -122,9 +99,6 @@ class ParamCoordinator {
   // Milliseconds spent blocked on parameter gathers since the last call (gathers not hidden behind
   // computation); resets the count.
   double TakeWaitMs() { return std::exchange(wait_ms_, 0.0); }
-  // synchronous_grads: milliseconds spent waiting for gradient reduce-scatters as buckets filled
-  // (not at FinishGrads) since the last call; resets it.
-  double TakeReduceWaitMs() { return std::exchange(reduce_wait_ms_, 0.0); }
 
  private:
   enum class State { kReleased, kInFlight, kResident };
@@ -159,22 +133,6 @@ class ParamCoordinator {
   int64_t gathers_ = 0;
   int64_t prefetch_hits_ = 0;
   double wait_ms_ = 0;
-  double reduce_wait_ms_ = 0;
-  struct GradBucket {
-    std::vector<int> ids;
-    std::vector<Tensor> fulls;    // until packed: the full gradients handed over
-    std::vector<int64_t> offsets; // each parameter's shard offset inside a rank's block
-    int64_t shard_numel = 0;      // one rank's block: Σ shard sizes
-    Tensor packed;                // (W · shard_numel) comm dtype, rank blocks
-    Tensor received;              // (shard_numel) comm dtype: this rank's reduced block
-    comm::Work work;
-  };
-  static constexpr size_t kMaxBucketsInFlight = 2;
-  GradBucket open_bucket_;
-  std::vector<GradBucket> pending_buckets_;
-  void SubmitBucket();
-  void CompleteFinishedGrads();
-  void AccumulateBucket(GradBucket& b);
 };
 
 }  // namespace zerorun::zero

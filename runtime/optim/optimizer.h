@@ -1,8 +1,10 @@
-// The optimizer object: per-group hyper-parameters, step counts and fp32 state (charged to
-// MemCategory::kOptimizer) for this rank's flat partition of each parameter group, stepped with the
-// fused CPU kernels (kernels/cpu/optim.h). It knows nothing of ranks or ZeRO stages: the engine hands
-// it the partition [offset, offset+count) it owns, with gradients already reduced, and the combined
-// unscale+clip factor in OptimSpan::grad_scale.
+// The optimizer: per-group hyper-parameters and step counts, and the update rules over spans of
+// parameters (the fused CPU kernels, kernels/cpu/optim.h). It holds no state of its own: it is the
+// zero::UpdateRule (zero/update_rule.h) that ZeRO's partitioned optimizer steps this rank's partition
+// with, sub-group by sub-group, handing it each span's state from the state store (zero/state_store.h,
+// where master weights and moments live). It knows nothing of ranks or ZeRO stages; gradients arrive
+// already reduced, with the combined unscale+clip factor in OptimSpan::grad_scale. It is also the
+// target LR schedulers drive (HyperTarget).
 //
 // Optimizers and their parameters follow DeepSpeed (reference §1.2): "Adam" is AdamW unless
 // adam_w_mode is false; Lion; torch's SGD and Adagrad; DeepSpeed's FusedLamb.
@@ -19,6 +21,7 @@
 #include "zerorun/core/thread_pool.h"
 #include "zerorun/kernels/ref/optim.h"
 #include "zerorun/runtime/optim/hyper_target.h"
+#include "zerorun/zero/update_rule.h"
 
 namespace zerorun::runtime {
 
@@ -49,69 +52,46 @@ struct OptimizerHyper {
   bool eps_inside_sqrt = false;  // Lamb
 };
 
-// A piece of one model tensor inside a group's partition (Lamb needs whole-tensor norms).
-struct TensorPiece {
-  int64_t offset = 0;     // in the partition
-  int64_t count = 0;
-  int64_t tensor_id = 0;  // the same on every rank for the same tensor; 0 <= id < num_tensors
-};
-
 struct ParamGroupSpec {
-  std::string name;        // for messages ("decay", "no_decay", ...)
-  int64_t numel = 0;       // elements of this rank's partition of the group
+  std::string name;  // for messages ("decay", "no_decay", ...)
   OptimizerHyper hyper;
-  // Lamb only: the tensors (or pieces of tensors) of this partition, and how many tensors the group has
-  // in total across ranks. Empty: the whole partition is one tensor.
-  std::vector<TensorPiece> pieces;
-  int64_t num_tensors = 0;
 };
 
 struct OptimizerOptions {
   OptimizerType type = OptimizerType::kAdam;
   // The pool the kernels run on (nullptr: ThreadPool::Default()).
   ThreadPool* pool = nullptr;
-  // Where state is charged (nullptr: MemoryAccount::Current() at construction).
-  MemoryAccount* account = nullptr;
 };
 
-class Optimizer final : public HyperTarget {
+class Optimizer final : public HyperTarget, public zero::UpdateRule {
  public:
-  // Validates every group's hyper-parameters (InvalidArgument naming the group and field) and allocates
-  // zeroed state (Adagrad: initial_accumulator_value).
+  // Validates every group's hyper-parameters (InvalidArgument naming the group and field).
   Optimizer(const OptimizerOptions& options, std::vector<ParamGroupSpec> groups);
 
   OptimizerType type() const { return options_.type; }
 
   // Starts an applied optimizer step: every group's step count goes up by one. Call once per applied
-  // (not overflow-skipped) step, before the StepRange calls of that step.
+  // (not overflow-skipped) step, before that step's updates.
   void BeginStep();
-
-  // Updates elements [offset, offset + span.n) of group `group`'s partition with the current step
-  // count; span.params/grads/param_copy point at element `offset`. Sub-ranges of one step may be
-  // stepped in any order and from different threads (disjoint ranges). Lamb needs the whole
-  // partition in one call (offset 0, n = numel) because of its per-tensor trust ratios.
-  void StepRange(int group, int64_t offset, const kernels::OptimSpan& span);
-  // The whole partition of `group`: StepRange(group, 0, span) with span.n == numel.
-  void Step(int group, const kernels::OptimSpan& span) { StepRange(group, 0, span); }
-
-  // Lamb across ranks: sums (2*num_tensors: p^2 then u^2 per tensor id) must be all-reduced (SUM)
-  // in place over the ranks that share the group. Unset: this rank holds whole tensors.
-  using NormReducer = std::function<void(std::vector<double>& sums)>;
-  void set_norm_reducer(NormReducer reducer) { norm_reducer_ = std::move(reducer); }
-  // The trust ratios of the last Lamb step of `group`, by tensor id.
-  const std::vector<float>& lamb_trust_ratios(int group) const { return groups_.at(group).trust; }
 
   int64_t step_count(int group) const { return groups_.at(group).step; }
   const OptimizerHyper& hyper(int group) const { return groups_.at(group).spec.hyper; }
   OptimizerHyper& mutable_hyper(int group) { return groups_.at(group).spec.hyper; }
   const ParamGroupSpec& group_spec(int group) const { return groups_.at(group).spec; }
-  // The named state tensors of a group ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum"), each (numel).
-  std::vector<std::string> StateNames() const;
-  const Tensor& state(int group, std::string_view name) const;
-  int64_t state_bytes() const;
 
   // What DeepSpeed's progress line shows as "mom": betas for Adam/Lion/Lamb, momentum for SGD, else 0.
   std::vector<double> Momentum(int group) const;
+
+  // zero::UpdateRule. State names: "exp_avg", "exp_avg_sq" (Adam, Lamb), "exp_avg" (Lion),
+  // "momentum_buffer" (SGD with momentum; none without), "sum" (Adagrad, starting at
+  // initial_accumulator_value). Every update uses the group's current step count (REQUIRES: >= 1).
+  std::vector<std::string> StateNames() const override;
+  float InitialState(int group, int slot) const override;
+  bool NeedsTensorNorms() const override { return options_.type == OptimizerType::kLamb; }
+  void Update(int group, const kernels::OptimSpan& span, float* const* state) override;
+  kernels::LambNorms Moments(int group, const kernels::OptimSpan& span, float* const* state) override;
+  float TrustRatio(int group, const kernels::LambNorms& whole_tensor) const override;
+  void Apply(int group, const kernels::OptimSpan& span, float* const* state, float trust) override;
 
   // HyperTarget (LR schedulers)
   int NumGroups() const override { return static_cast<int>(groups_.size()); }
@@ -121,31 +101,24 @@ class Optimizer final : public HyperTarget {
   std::pair<double, double> GetBetas(int group) const override;
   void SetBetas(int group, double beta1, double beta2) override;
 
-  // Checkpoint state: tensors are views of the live state ("group{g}.{name}"), scalars are the step
-  // counts and the hyper-parameters schedulers change ("group{g}.step", ".lr", ".beta1", ".beta2",
-  // ".momentum", ".weight_decay", ".eps").
-  struct State {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    std::vector<std::pair<std::string, double>> scalars;
-  };
-  State SaveState() const;
-  // Copies the tensors in and sets the scalars. Throws CheckpointError naming the entry when one is
-  // missing or its size differs; the optimizer is unchanged then.
-  void LoadState(const State& state);
+  // Checkpoint scalars: the step counts and the hyper-parameters schedulers change ("group{g}.step",
+  // ".lr", ".beta1", ".beta2", ".momentum", ".weight_decay", ".eps"). The state tensors are in the
+  // state store (zero/state_store.h: ReadState/WriteState).
+  std::vector<std::pair<std::string, double>> SaveScalars() const;
+  // Sets them. Throws CheckpointError naming the entry when one is missing or a step count is not a
+  // non-negative integer; the optimizer is unchanged then.
+  void LoadScalars(const std::vector<std::pair<std::string, double>>& scalars);
 
  private:
   struct Group {
     ParamGroupSpec spec;
     int64_t step = 0;
-    std::vector<std::pair<std::string, Tensor>> state;
-    std::vector<float> trust;
   };
-  float* StateData(Group& g, std::string_view name);
-  void StepLamb(int index, Group& g, const kernels::OptimSpan& span);
+  const Group& Checked(int group) const;
+  kernels::LambHyper LambHyperOf(const Group& g) const;
 
   OptimizerOptions options_;
   std::vector<Group> groups_;
-  NormReducer norm_reducer_;
 };
 
 }  // namespace zerorun::runtime

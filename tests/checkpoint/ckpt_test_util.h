@@ -149,7 +149,7 @@ inline std::vector<CheckpointChunkSpec> LayoutChunks(const CheckpointManifest& m
     case Layout::kFlat:
     case Layout::kFlatRoundRobin: {
       zero::FlatGroupLayout g = zero::LayoutFlatGroup(numels, world, 2, layout == Layout::kFlatRoundRobin);
-      for (const zero::ParamSlice& s : zero::ParamsIn(g, g.Partition(rank))) {
+      for (const zero::ParamSlice& s : zero::ParamsInPartition(g, rank)) {
         pieces.push_back({s.param, {s.param_offset, s.param_offset + s.numel}});
       }
       break;
@@ -166,7 +166,7 @@ inline std::vector<CheckpointChunkSpec> LayoutChunks(const CheckpointManifest& m
         std::vector<int64_t> bucket(numels.begin() + static_cast<long>(b),
                                     numels.begin() + static_cast<long>(std::min(b + 2, numels.size())));
         zero::FlatGroupLayout g = zero::LayoutFlatGroup(bucket, world, 1);
-        for (const zero::ParamSlice& s : zero::ParamsIn(g, g.Partition(rank))) {
+        for (const zero::ParamSlice& s : zero::ParamsInPartition(g, rank)) {
           pieces.push_back({static_cast<int>(b) + s.param, {s.param_offset, s.param_offset + s.numel}});
         }
       }

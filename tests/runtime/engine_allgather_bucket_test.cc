@@ -1,10 +1,12 @@
-// zero_optimization.allgather_bucket_size at stages 1/2: a partition larger than the bucket is updated
-// and all-gathered chunk by chunk (the optimizer overlapping the gather). The result must be bitwise
-// the run with one gather per group; the traffic must be ceil(P/B) all-gathers per group and step with
-// exactly the bytes of the single gather; the staging buffers (two, W·B elements each) are charged to
-// kBuckets during the step and gone after it.
+// zero_optimization.allgather_bucket_size at stages 1/2: each gradient bucket is all-gathered once
+// this rank's slice of it is updated (the optimizer going on with the next), in one in-place op when
+// the slice fits allgather_bucket_size, else chunk by chunk through staging buffers. The result must
+// be bitwise the run with one gather per bucket; the traffic must be Σ ceil(S/B) all-gathers per step
+// over the buckets' slices S, with exactly the bytes of the unchunked gathers; the staging buffers
+// (two, W·B elements each) are charged to kBuckets during the step and gone after it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "engine_test_util.h"
@@ -18,7 +20,7 @@ namespace {
 struct BucketRun {
   std::vector<std::vector<float>> params;  // per rank, every parameter as fp32
   std::vector<double> losses;              // rank 0
-  std::vector<int64_t> part_numels;        // per group: the partition P
+  std::vector<int64_t> slices;             // every bucket's slice S, all groups
   std::vector<int64_t> step_counts;        // rank 0's optimizer step count per group
   int64_t gather_calls = 0;                // rank 0, over all steps
   int64_t gather_bytes_sent = 0;           // summed over ranks and steps
@@ -29,8 +31,8 @@ struct BucketRun {
 
 constexpr int kSteps = 3;
 
-// Two groups (no weight decay on 1-d parameters), so both the big and the small group are chunked or not
-// depending on the bucket. `bucket` 0: the config's default.
+// Two groups (no weight decay on 1-d parameters), each cut into reduce_bucket_size buckets whose slices
+// are chunked or not depending on the bucket. `bucket` 0: the config's default.
 BucketRun RunWithBucket(int stage, int world, DType dtype, int64_t bucket, const char* optimizer = "AdamW") {
   BucketRun out;
   out.params.resize(static_cast<size_t>(world));
@@ -86,7 +88,9 @@ BucketRun RunWithBucket(int stage, int world, DType dtype, int64_t bucket, const
       for (size_t g = 0; g < engine.param_groups().size(); ++g) {
         std::vector<int64_t> numels;
         for (auto* p : engine.param_groups()[g].params) numels.push_back(p->numel());
-        out.part_numels.push_back(zero::LayoutFlatGroup(numels, world).partition_numel);
+        for (const zero::FlatBucket& b : zero::LayoutFlatGroup(numels, world, 2, false, kTestBucket).buckets) {
+          out.slices.push_back(b.slice_numel);
+        }
         out.step_counts.push_back(engine.optimizer().step_count(static_cast<int>(g)));
       }
     }
@@ -119,29 +123,28 @@ TEST_CASE("engine allgather_bucket_size: chunked update+gather is bitwise the si
         CAPTURE(world);
         CAPTURE(DTypeName(dtype));
         const BucketRun base = RunWithBucket(stage, world, dtype, 0);
-        REQUIRE(base.part_numels.size() == 2);
-        const int64_t big = std::max(base.part_numels[0], base.part_numels[1]);
-        const int64_t small = std::min(base.part_numels[0], base.part_numels[1]);
-        REQUIRE(small >= 8);
-        CHECK(base.gather_calls == 2 * kSteps);  // one in-place gather per group and step
+        REQUIRE(base.slices.size() >= 4);
+        const int64_t big = *std::max_element(base.slices.begin(), base.slices.end());
+        REQUIRE(big >= 8);
+        CHECK(base.gather_calls == static_cast<int64_t>(base.slices.size()) * kSteps);  // one per bucket
         CheckStaging(base, base, 0);
         for (size_t g = 0; g < 2; ++g) CHECK(base.step_counts[g] == kSteps);
-        // Several chunks in both groups, with a short last chunk (the bucket does not divide the
-        // partition), with an odd number of chunks, and a bucket that covers only the small group.
-        std::vector<int64_t> buckets = {2 * (small / 6) + 2, 2 * (small / 4) + 2, small + 2 * (small / 2)};
-        if (small < big) buckets.push_back(2 * ((small + big) / 4));  // small group whole, big chunked
+        // Several chunks of the largest slices with a short last chunk (the bucket does not divide the
+        // slice), an odd number of chunks, and a bucket that chunks only the largest slices.
+        std::vector<int64_t> buckets = {2 * (big / 6) + 2, 2 * (big / 4) + 2, 2 * ((big - 1) / 2)};
         for (int64_t bucket : buckets) {
           CAPTURE(bucket);
           REQUIRE(bucket % 2 == 0);
           const BucketRun r = RunWithBucket(stage, world, dtype, bucket);
           int64_t chunks = 0;
           bool chunked = false;
-          for (int64_t p : r.part_numels) {
-            chunks += zero::CeilDiv(p, bucket);
-            chunked = chunked || p > bucket;
+          for (int64_t sl : r.slices) {
+            chunks += zero::CeilDiv(sl, bucket);
+            chunked = chunked || sl > bucket;
           }
           REQUIRE(chunked);
-          INFO(Format("stage {} world {} {}: partitions {} and {}, bucket {}: {} chunks per step", stage, world, DTypeName(dtype), r.part_numels[0], r.part_numels[1], bucket, chunks));
+          INFO(Format("stage {} world {} {}: {} slices up to {}, bucket {}: {} gathers per step", stage, world,
+                      DTypeName(dtype), r.slices.size(), big, bucket, chunks));
           CHECK(r.losses == base.losses);
           for (int rank = 0; rank < world; ++rank) {
             CHECK(r.params[static_cast<size_t>(rank)] == base.params[static_cast<size_t>(rank)]);
@@ -151,23 +154,27 @@ TEST_CASE("engine allgather_bucket_size: chunked update+gather is bitwise the si
           CHECK(r.gather_calls == chunks * kSteps);
           CHECK(r.gather_bytes_sent == base.gather_bytes_sent);
           CHECK(r.gather_payload == base.gather_payload);
-          // Two staging buffers of W·B elements during the step, nothing after it.
+          // Two staging buffers of W·B elements during the step (a chunked slice has at least two
+          // chunks), nothing after it.
           const int64_t staging = world * bucket * static_cast<int64_t>(DTypeSize(dtype));
-          CheckStaging(r, base, (chunks >= 2 ? 2 : 1) * staging);
+          CheckStaging(r, base, 2 * staging);
         }
       }
     }
   }
 }
 
-TEST_CASE("engine allgather_bucket_size: Lamb steps each group in one pass and gathers it in chunks") {
+TEST_CASE("engine allgather_bucket_size: Lamb's two passes gather in chunks too, with the same result") {
   const BucketRun base = RunWithBucket(2, 2, DType::kBF16, 0, "Lamb");
-  const int64_t small = std::min(base.part_numels[0], base.part_numels[1]);
-  const int64_t bucket = 2 * (small / 3) + 2;
+  const int64_t big = *std::max_element(base.slices.begin(), base.slices.end());
+  const int64_t bucket = 2 * (big / 3) + 2;
   const BucketRun r = RunWithBucket(2, 2, DType::kBF16, bucket, "Lamb");
   CHECK(r.losses == base.losses);
   CHECK(r.params == base.params);
-  CHECK(r.gather_calls == (zero::CeilDiv(r.part_numels[0], bucket) + zero::CeilDiv(r.part_numels[1], bucket)) * kSteps);
+  int64_t chunks = 0;
+  for (int64_t sl : r.slices) chunks += zero::CeilDiv(sl, bucket);
+  CHECK(chunks > static_cast<int64_t>(r.slices.size()));
+  CHECK(r.gather_calls == chunks * kSteps);
   CHECK(r.gather_bytes_sent == base.gather_bytes_sent);
   CheckStaging(r, base, 2 * 2 * bucket * 2);  // two bf16 buffers of W·B
 }

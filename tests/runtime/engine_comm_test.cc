@@ -1,6 +1,6 @@
 // Gradient and parameter traffic per step against the ZeRO paper (reference §5.2): 2Ψ per rank per
-// step for stages 0-2 (all-reduce = reduce-scatter Ψ + all-gather Ψ; stages 1/2 reduce each gradient
-// element only to its owner, then all-gather the updated parameters), measured by the communicator's
+// step for stages 0-2 (all-reduce = reduce-scatter Ψ + all-gather Ψ; stages 1/2 reduce-scatter each
+// gradient bucket, then all-gather each bucket's updated parameters), measured by the communicator's
 // byte accounting on N = 2..4 ranks. Volumes are in (N-1)/N·Ψ units, summed over ranks.
 #include <doctest/doctest.h>
 
@@ -20,7 +20,7 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") 
       CAPTURE(world);
       std::mutex mu;
       int64_t reduce_bytes = 0, gather_bytes = 0, allreduce_bytes = 0, rs_bytes = 0, psi = 0, padded = 0;
-      int64_t tied_padded = 0;
+      int64_t tied_padded = 0, buckets = 0, rs_calls = 0;
       const int steps = 3;
       comm::RunLocalRanks(world, [&](comm::Communicator& c) {
         RunSpec s;
@@ -50,6 +50,7 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") 
         allreduce_bytes += st[comm::OpType::kAllReduce].bytes_sent;
         rs_bytes += st[comm::OpType::kReduceScatter].bytes_sent;
         if (c.rank() == 0) {
+          rs_calls = st[comm::OpType::kReduceScatter].calls;
           for (const auto& g : engine.param_groups()) {
             std::vector<int64_t> numels;
             for (auto* p : g.params) {
@@ -57,7 +58,10 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") 
               if (stage == 3) padded += zero::ShardParamStage3(p->numel(), world, 0).padded_numel;
               if (p->name() == "wte.weight") tied_padded = zero::ShardParamStage3(p->numel(), world, 0).padded_numel;
             }
-            if (stage < 3) padded += zero::LayoutFlatGroup(numels, world).padded_numel;
+            if (stage < 3) padded += FlatPaddedNumel(numels, world, stage);
+            if (stage == 1 || stage == 2) {
+              buckets += static_cast<int64_t>(zero::LayoutFlatGroup(numels, world, 2, false, kTestBucket).buckets.size());
+            }
           }
           psi = engine.num_parameters();
         }
@@ -77,9 +81,13 @@ TEST_CASE("engine traffic: stages 0-2 move 2Ψ per rank per step, stage 3 3Ψ") 
         CHECK(gather_bytes == (world - 1) * (2 * padded + 2 * tied_padded) * elem * steps);
         CHECK(reduce_bytes == 0);
       } else {
-        // Each element reduced once to its owner: (N-1)Ψ in total; all-gather of the padded buffer.
-        CHECK(reduce_bytes == (world - 1) * psi * elem * steps);
+        // One reduce-scatter per gradient bucket and one all-gather of each bucket's parameters, both of
+        // the padded buckets: (N-1)·P each in total, P = Ψ + at most 2N-1 pad elements per bucket.
+        CHECK(rs_calls == buckets * steps);
+        CHECK(reduce_bytes == 0);
+        CHECK(rs_bytes == (world - 1) * padded * elem * steps);
         CHECK(gather_bytes == (world - 1) * padded * elem * steps);
+        CHECK(padded - psi < buckets * 2 * world);
         // Only the norm's per-group sums go through all-reduce (8 bytes per group and step).
         CHECK(allreduce_bytes < 64 * world * steps);
       }

@@ -80,10 +80,18 @@ TEST_CASE("DeepSpeed case 29: mean vs sum, with prescale and predivide, at stage
 }
 
 TEST_CASE("DeepSpeed case 30: every 16-bit partition starts at a multiple of 4 bytes") {
+  // Stages 1/2: a rank's partition is its slice of every bucket, so every slice must be aligned; stage
+  // 0's buckets are whole and its partitions are [r·P, (r+1)·P).
   for (int world = 1; world <= 8; ++world) {
     for (int64_t n : {1, 3, 53, 4099}) {
-      zero::FlatGroupLayout l = zero::LayoutFlatGroup({n, 7}, world);
-      for (int r = 0; r < world; ++r) CHECK((l.Partition(r).begin * 2) % 4 == 0);
+      for (int64_t bucket : {int64_t{1}, int64_t{8}, int64_t{60}, zero::kOneBucket}) {
+        zero::FlatGroupLayout l = zero::LayoutFlatGroup({n, 7, 3}, world, 2, false, bucket);
+        zero::FlatGroupLayout whole = zero::LayoutFlatGroup({n, 7, 3}, world, 2, false, bucket, zero::FlatBucketing::kWhole);
+        for (int r = 0; r < world; ++r) {
+          for (const zero::FlatBucket& b : l.buckets) CHECK((b.Slice(r).begin * 2) % 4 == 0);
+          CHECK((whole.FlatOffset(r, 0) * 2) % 4 == 0);
+        }
+      }
     }
   }
 }

@@ -1,9 +1,9 @@
 // Model-state memory per rank against the ZeRO paper (reference §5.2) for mixed-precision Adam
 // (bf16 parameters and gradients, fp32 master weights and two fp32 moments, K = 12):
 //   stage 0: 2Ψ + 2Ψ + 12Ψ   stage 1: 2Ψ + 2Ψ + 12Ψ/N   stage 2: 2Ψ + 2Ψ/N + 12Ψ/N   stage 3: 16Ψ/N
-// exactly, up to padding (each group's flat buffer to a multiple of 2N elements; at stage 3 each
-// parameter to a multiple of N) — measured with the engine's memory accounting after real training
-// steps on N = 1..4 ranks.
+// exactly, up to padding (stage 0: each group's flat buffer to a multiple of 2N elements; stages 1/2:
+// each gradient bucket of it; stage 3: each parameter to a multiple of N) — measured with the
+// engine's memory accounting after real training steps on N = 1..4 ranks.
 #include <doctest/doctest.h>
 
 #include <mutex>
@@ -32,7 +32,7 @@ TEST_CASE("engine memory: model states match 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N up to 
         gpt::Gpt model(TinyGpt(DType::kBF16));
         model.Initialize(3);
         runtime::Engine engine(model, cfg, c);
-        // Padded Ψ: each group's flat buffer is padded to a multiple of 2N.
+        // Padded Ψ: each group's flat buffer (stages 1/2: each of its buckets) padded to a multiple of 2N.
         int64_t padded = 0, psi = 0;
         for (const auto& g : engine.param_groups()) {
           std::vector<int64_t> numels;
@@ -40,7 +40,7 @@ TEST_CASE("engine memory: model states match 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N up to 
           if (stage == 3) {
             for (int64_t n : numels) padded += zero::ShardParamStage3(n, world, 0).padded_numel;
           } else {
-            padded += zero::LayoutFlatGroup(numels, world).padded_numel;
+            padded += FlatPaddedNumel(numels, world, stage);
           }
           for (int64_t n : numels) psi += n;
         }

@@ -14,6 +14,7 @@
 #include "zerorun/examples/gpt/gpt.h"
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/engine.h"
+#include "zerorun/zero/partition.h"
 
 namespace zrtest {
 
@@ -87,6 +88,17 @@ inline std::string ConfigJson(const RunSpec& s) {
     "gradient_clipping": 1.0,
     "zero_optimization": {{"stage": {}, "reduce_bucket_size": 200 {}}} {} }})",
                 s.micro, s.gas, prec, s.stage, s.zero_json, s.extra_json);
+}
+
+// The tests' reduce_bucket_size (ConfigJson).
+inline constexpr int64_t kTestBucket = 200;
+
+// Padded elements of a group's flat buffer at stages 0-2 (zero/partition.h): stage 0 pads the buffer
+// to 2W; stages 1/2 pad each reduce_bucket_size bucket to 2W.
+inline int64_t FlatPaddedNumel(const std::vector<int64_t>& numels, int world, int stage, int64_t bucket = kTestBucket) {
+  return zero::LayoutFlatGroup(numels, world, 2, false, bucket,
+                               stage == 0 ? zero::FlatBucketing::kWhole : zero::FlatBucketing::kSplit)
+      .padded_numel;
 }
 
 // The config of `s`, loaded for s.world ranks without printing warnings.

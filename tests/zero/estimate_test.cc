@@ -84,13 +84,18 @@ TEST_CASE("estimate: optimizer state bytes and fp32 training") {
   CHECK(EstimateStage(in, 2).ModelStateBytes() == 4 * 800 + 12 * 800 / 4);
 }
 
-TEST_CASE("estimate: padding to 2N per group (stages 0-2) and N per tensor (stage 3)") {
+TEST_CASE("estimate: padding to 2N per group (stage 0), per bucket (stages 1/2) and N per tensor (stage 3)") {
   EstimateInput in;
   in.world_size = 3;
   in.groups = {{10, 7}, {5}};  // groups of 17 and 5 elements
   CHECK(PaddedNumel(in, 0) == 18 + 6);
-  CHECK(PaddedNumel(in, 2) == 18 + 6);
+  CHECK(PaddedNumel(in, 2) == 18 + 6);  // the default bucket holds a whole group
   CHECK(PaddedNumel(in, 3) == 12 + 9 + 6);
+  // Buckets of at most 10: [10] and [7] are separate buckets, each padded to 6 (stage 0: only the end).
+  EstimateInput b = in;
+  b.reduce_bucket_numel = 10;
+  CHECK(PaddedNumel(b, 0) == 18 + 6);
+  CHECK(PaddedNumel(b, 1) == 12 + 12 + 6);
   in.persistence_threshold = 0;
   StageEstimate s1 = EstimateStage(in, 1);
   CHECK(s1.params_bytes == 2 * 24);
@@ -107,19 +112,33 @@ TEST_CASE("estimate: padding to 2N per group (stages 0-2) and N per tensor (stag
 TEST_CASE("estimate: transient buffers") {
   const int64_t psi = 4'000;
   EstimateInput in = Bf16Adam(psi, 4);
-  // bf16 on the wire: stage 0 reduces in place, stage 1 receives its partition, stage 2 also holds
-  // every bucket's transient buffer until backward ends.
+  // bf16 on the wire: stage 0 all-reduces and stage 1 reduce-scatters in place in the gradients;
+  // stage 2's transient buckets (here one bucket: the whole model) are reduce-scattered in place.
   CHECK(EstimateStage(in, 0).buckets_peak_bytes == 0);
-  CHECK(EstimateStage(in, 1).buckets_peak_bytes == 2 * psi / 4);
-  CHECK(EstimateStage(in, 2).buckets_peak_bytes == 2 * psi + 2 * psi / 4);
-  // fp32 on the wire stages every bucket through an fp32 copy.
+  CHECK(EstimateStage(in, 1).buckets_peak_bytes == 0);
+  CHECK(EstimateStage(in, 2).buckets_peak_bytes == 2 * psi);
+  // fp32 on the wire stages each bucket in flight through an fp32 copy (at most two, here one).
   in.comm_bytes = 4;
   CHECK(EstimateStage(in, 0).buckets_peak_bytes == 4 * psi);
-  CHECK(EstimateStage(in, 1).buckets_peak_bytes == 4 * psi / 4 + 4 * psi);
+  CHECK(EstimateStage(in, 1).buckets_peak_bytes == 4 * psi);
+  CHECK(EstimateStage(in, 2).buckets_peak_bytes == 2 * psi + 4 * psi);
   // One rank: nothing is exchanged.
   in.world_size = 1;
   CHECK(EstimateStage(in, 0).buckets_peak_bytes == 0);
   CHECK(EstimateStage(in, 1).buckets_peak_bytes == 0);
+
+  // Stages 1/2 with many buckets: 20 tensors of 1000 in buckets of 2000 (pairs, padded to 2N = 8).
+  // Stage 2 holds the largest layer's buckets (L + a bucket beyond each end), the bucket waiting for
+  // the next layer, a tied tensor's and two in flight: L + 5 buckets, not the model (its 20000).
+  EstimateInput many = Bf16Adam(0, 4);
+  many.groups = {std::vector<int64_t>(20, 1'000)};
+  many.reduce_bucket_numel = 2'000;
+  many.largest_layer = 1'000;
+  CHECK(PaddedNumel(many, 2) == 20'000);
+  CHECK(EstimateStage(many, 2).buckets_peak_bytes == 2 * (1'000 + 5 * 2'000));
+  many.comm_bytes = 4;
+  CHECK(EstimateStage(many, 1).buckets_peak_bytes == 4 * 2 * 2'000);
+  CHECK(EstimateStage(many, 2).buckets_peak_bytes == 2 * (1'000 + 5 * 2'000) + 4 * 2 * 2'000);
 
   // Stage 3: live parameters = largest layer + prefetch, capped by max_live and by the model.
   EstimateInput s = Bf16Adam(psi, 4);
@@ -141,13 +160,13 @@ TEST_CASE("estimate: transient buffers") {
   CHECK(EstimateStage(s, 3).live_params_peak_bytes == 2 * 3'000);
   s.max_live_numel = 1'000'000;
   // Gradient buffers: full gradients of the layer in backward and of the open bucket (with the default
-  // reduce_bucket_size: all of them), the packed wire copies and the received shards.
-  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * 4'000 + 2 * 4'000 + 2 * 1'000);
+  // reduce_bucket_size: all of them), and the packed wire copies (reduce-scattered in place).
+  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * 4'000 + 2 * 4'000);
   s.reduce_bucket_numel = 1'500;
-  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 1'500) + 2 * 4'000 + 2 * 1'000);
-  // Small buckets: at most two packed buckets (each under B + L) and their received blocks travel.
+  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 1'500) + 2 * 4'000);
+  // Small buckets: at most two packed buckets (each under B + L) travel.
   s.reduce_bucket_numel = 200;
-  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 200) + 2 * (2 * 1'200) + 2 * (2 * 1'200 / 4));
+  CHECK(EstimateStage(s, 3).buckets_peak_bytes == 2 * (1'000 + 200) + 2 * (2 * 1'200));
 }
 
 TEST_CASE("estimate: offload moves master and optimizer state (and params) off the device") {

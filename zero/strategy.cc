@@ -1,0 +1,82 @@
+// MakeStrategy (the one place that chooses by stage) and what both strategies share: the partitioned
+// optimizer, overflow and global-norm agreement.
+#include "zerorun/zero/strategy.h"
+
+#include "zerorun/core/error.h"
+#include "zerorun/zero/strategy_common.h"
+
+namespace zerorun::zero {
+
+std::unique_ptr<Strategy> MakeStrategy(const StrategyOptions& options, std::vector<ParamSpec> params,
+                                       ParamHost& host, UpdateRule& rule, comm::Communicator& comm, Timers& timers) {
+  if (options.stage < 0 || options.stage > 3) {
+    ZR_THROW(InvalidArgument, "zero_optimization.stage must be 0-3, got {}", options.stage);
+  }
+  if (options.reduce_bucket_numel < 1) {
+    ZR_THROW(InvalidArgument, "zero_optimization.reduce_bucket_size must be >= 1, got {}", options.reduce_bucket_numel);
+  }
+  if ((options.stage == 1 || options.stage == 2) && options.allgather_bucket_numel > 0 &&
+      options.allgather_bucket_numel % 2 != 0) {
+    // The config loader refuses it at stages 1/2; a hand-made Config may not.
+    ZR_THROW(ConfigError, "zero_optimization.allgather_bucket_size must be a multiple of nccl_start_alignment_factor "
+             "(2); found {}", options.allgather_bucket_numel);
+  }
+  return options.stage == 3 ? MakeShardedStrategy(options, std::move(params), host, rule, comm, timers)
+                            : MakeFlatStrategy(options, std::move(params), host, rule, comm, timers);
+}
+
+PartitionedStrategy::PartitionedStrategy(const StrategyOptions& options, std::vector<ParamSpec> params,
+                                         ParamHost& host, UpdateRule& rule, comm::Communicator& comm, Timers& timers)
+    : opt_(options), params_(std::move(params)), host_(host), rule_(rule), comm_(comm), timers_(timers) {
+  // Trainable parameters come first, group by group, each group in index order.
+  bool frozen_seen = false;
+  for (size_t id = 0; id < params_.size(); ++id) {
+    const ParamSpec& p = params_[id];
+    if (!p.trainable()) {
+      frozen_seen = true;
+      continue;
+    }
+    ZR_CHECK(!frozen_seen, "parameter {} ({}) is trainable but follows a frozen one", id, p.name);
+    if (static_cast<size_t>(p.group) == group_ids_.size()) group_ids_.emplace_back();
+    ZR_CHECK(static_cast<size_t>(p.group) + 1 == group_ids_.size() &&
+                 static_cast<size_t>(p.index) == group_ids_.back().size(),
+             "parameter {} ({}): group {} index {} out of order", id, p.name, p.group, p.index);
+    group_ids_.back().push_back(static_cast<int>(id));
+  }
+}
+
+void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned) {
+  partitioned_ = partitioned;
+  PartitionOptimizerOptions po;
+  po.grad_dtype = opt_.grad_dtype;
+  po.param_dtype = opt_.param_dtype;
+  po.master_copy = opt_.param_dtype != DType::kF32;  // fp32 training: the parameters are the master
+  po.sub_group_size = opt_.sub_group_size;
+  po.norm_comm = partitioned ? &comm_ : nullptr;
+  po.device = opt_.device;
+  po.store_factory = opt_.state_store;
+  optimizer_ = std::make_unique<PartitionOptimizer>(std::move(groups), rule_, po);
+  optimizer_->Initialize();
+}
+
+bool PartitionedStrategy::AnyNonFinite(std::vector<std::string>* names) {
+  int32_t local_bad = optimizer_->LocalAllFinite() ? 0 : 1;
+  int32_t any_bad = local_bad;
+  if (comm_.size() > 1) comm_.AllReduce(&any_bad, 1, DType::kI32, comm::ReduceOp::kMax).Wait();
+  if (any_bad && local_bad && names != nullptr) {
+    for (auto [group, tensor] : optimizer_->NonFiniteTensors(8)) {
+      names->push_back(params_[static_cast<size_t>(group_ids_[static_cast<size_t>(group)][static_cast<size_t>(tensor)])].name);
+    }
+  }
+  return any_bad != 0;
+}
+
+std::vector<double> PartitionedStrategy::GroupSumSquares() {
+  std::vector<double> sums = optimizer_->LocalSumSquares();
+  if (partitioned_ && comm_.size() > 1) {
+    comm_.AllReduce(sums.data(), sums.size(), DType::kF64, comm::ReduceOp::kSum).Wait();
+  }
+  return sums;
+}
+
+}  // namespace zerorun::zero

@@ -1,0 +1,49 @@
+// What the flat (stages 0-2) and sharded (stage 3) strategies share: the partitioned optimizer over
+// the state store, and the cross-rank agreement of overflow and gradient norms. Internal to zero/.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zerorun/zero/partition_optimizer.h"
+#include "zerorun/zero/strategy.h"
+
+namespace zerorun::zero {
+
+class PartitionedStrategy : public Strategy {
+ public:
+  bool AnyNonFinite(std::vector<std::string>* names) override;
+  std::vector<double> GroupSumSquares() override;
+  StateStore& state_store() override { return optimizer_->store(); }
+  std::vector<StateExtent> StateExtents() const override { return extents_; }
+
+ protected:
+  PartitionedStrategy(const StrategyOptions& options, std::vector<ParamSpec> params, ParamHost& host,
+                      UpdateRule& rule, comm::Communicator& comm, Timers& timers);
+
+  // Builds the optimizer over the derived strategy's groups (one spec per parameter group) and fills
+  // the master weights and state. `partitioned`: ranks hold disjoint parts of the gradients, so sums
+  // of squares (and Lamb's tensor norms) are all-reduced.
+  void BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned);
+
+  StrategyOptions opt_;
+  std::vector<ParamSpec> params_;
+  std::vector<std::vector<int>> group_ids_;  // [group][index]: parameter id
+  ParamHost& host_;
+  UpdateRule& rule_;
+  comm::Communicator& comm_;
+  Timers& timers_;
+  std::unique_ptr<PartitionOptimizer> optimizer_;
+  std::vector<StateExtent> extents_;
+  bool partitioned_ = false;
+};
+
+// The strategies (flat_strategy.cc, sharded_strategy.cc); MakeStrategy picks one.
+std::unique_ptr<Strategy> MakeFlatStrategy(const StrategyOptions& options, std::vector<ParamSpec> params,
+                                           ParamHost& host, UpdateRule& rule, comm::Communicator& comm, Timers& timers);
+std::unique_ptr<Strategy> MakeShardedStrategy(const StrategyOptions& options, std::vector<ParamSpec> params,
+                                              ParamHost& host, UpdateRule& rule, comm::Communicator& comm,
+                                              Timers& timers);
+
+}  // namespace zerorun::zero
