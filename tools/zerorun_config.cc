@@ -210,7 +210,8 @@ int RunEstimate(int argc, char** argv) {
   if (!world) return Usage("estimate needs --world-size N (data-parallel ranks)");
 
   z::EstimateInput in;
-  in.groups = z::ModelOfParams(*params);
+  // With --largest-layer the model is taken as tensors of that size (stages 1/2 cut buckets from them).
+  in.groups = z::ModelOfParams(*params, largest.value_or(0));
   in.world_size = static_cast<int>(*world);
   std::string dtype_text = "bf16", grad_text, comm_text, optimizer = "Adam", source = "flags and DeepSpeed defaults";
   bool sgd_momentum = true;

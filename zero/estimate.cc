@@ -11,7 +11,14 @@
 
 namespace zerorun::zero {
 
-std::vector<std::vector<int64_t>> ModelOfParams(int64_t psi) { return {{psi}}; }
+std::vector<std::vector<int64_t>> ModelOfParams(int64_t psi, int64_t tensor_numel) {
+  if (tensor_numel <= 0 || tensor_numel >= psi) return {{psi}};
+  // At most a million tensors (larger ones beyond that), so that any Ψ stays cheap to lay out.
+  tensor_numel = std::max(tensor_numel, CeilDiv(psi, 1'000'000));
+  std::vector<int64_t> tensors;
+  for (int64_t left = psi; left > 0; left -= tensor_numel) tensors.push_back(std::min(left, tensor_numel));
+  return {tensors};
+}
 
 const char* OffloadTargetName(OffloadTarget t) {
   switch (t) {

@@ -41,8 +41,10 @@ struct EstimateInput {
   bool round_robin = false;  // round_robin_gradients (stages 1/2: the tensor order the buckets are cut in)
 };
 
-// One tensor of psi elements in one group (the CLI's --params P).
-std::vector<std::vector<int64_t>> ModelOfParams(int64_t psi);
+// A model known only by its size (the CLI's --params P): one group holding one tensor of psi elements,
+// or, with tensor_numel > 0 (the CLI's --largest-layer), tensors of tensor_numel elements (the last one
+// shorter; at most a million of them), which is what stages 1/2 cut their gradient buckets from.
+std::vector<std::vector<int64_t>> ModelOfParams(int64_t psi, int64_t tensor_numel = 0);
 
 enum class OffloadTarget { kNone, kCpu, kNvme };
 const char* OffloadTargetName(OffloadTarget t);  // "none", "cpu", "nvme"

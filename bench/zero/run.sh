@@ -13,6 +13,12 @@
 # stage 3); and at 2 ranks with a reduce_bucket_size of 2^19 (the model is several buckets; DeepSpeed's
 # default 5e8 makes it one, which nothing can overlap) stage 2 with "overlap_comm": false vs default and
 # stage 3 with stage3_prefetch_bucket_size 0 vs default.
+# Collectives per step are counted by op (e.g. stages 1/2: one reduce-scatter and one all-gather per
+# gradient bucket).
+# Before/after: with ZR_BENCH_BASE=<dir> (another build's directory holding bin/zerorun,
+# bin/zerorun-train and libzerorun.so*, e.g. the previous main), every stage run at 2 and 4 ranks and
+# stage 2 with several buckets is also run with that build, interleaved (the order alternates per
+# rep), and a table gives step time, bytes, collectives per step and bucket peaks of both side by side.
 #   bench/zero/run.sh [build-dir] [steps] [reps]   (needs: ninja -C build zerorun_cli zerorun-train)
 # Step time: median over the steps after the first (from rank 0's per-step progress), median over reps.
 set -euo pipefail
@@ -25,6 +31,12 @@ train=$build/bin/zerorun-train
 for b in "$launcher" "$train"; do
   [[ -x $b ]] || { echo "run.sh: $b not found; build zerorun_cli and zerorun-train first" >&2; exit 1; }
 done
+base=${ZR_BENCH_BASE:-}
+if [[ -n $base ]]; then
+  for b in "$base/bin/zerorun" "$base/bin/zerorun-train"; do
+    [[ -x $b ]] || { echo "run.sh: ZR_BENCH_BASE=$base: $b not found" >&2; exit 1; }
+  done
+fi
 ((steps >= 2)) || { echo "run.sh: steps must be >= 2 (the first step is warm-up)" >&2; exit 2; }
 cores=$(nproc --all)
 work=$(mktemp -d /tmp/zr_bench_zero.XXXXXX)
@@ -66,10 +78,22 @@ sed "s/\"stage\": 3,/\"stage\": 3, \"reduce_bucket_size\": $rbs, \"stage3_prefet
 osteps=$((steps > 8 ? steps : 8))  # these compare step times: a few more steps
 
 model=(--n_layer 4 --d_model 256 --n_head 4 --seq_len 128 --vocab_size 256)
+# run <tag> <n> <config> <steps> <launcher> <train> [env...]: one launcher job, summaries into $work.
+run() {
+  local tag=$1 n=$2 cfg=$3 nsteps=$4 l=$5 t=$6
+  shift 6
+  local bind=(--bind_cores_to_rank)
+  if ((n > cores)); then bind=(); fi
+  if ! env "$@" OMP_NUM_THREADS=1 "$l" --num_procs "$n" "${bind[@]}" "$t" \
+      --deepspeed_config "$work/$cfg.json" --steps "$nsteps" --log_every 1 "${model[@]}" \
+      --summary "$work/${tag}_{rank}.json" >"$work/$tag.log" 2>&1; then
+    echo "run.sh: $tag ($n ranks, $cfg) failed; its output:" >&2
+    tail -30 "$work/$tag.log" >&2
+    exit 1
+  fi
+}
 for ((r = 1; r <= reps; r++)); do
   for n in 2 4; do
-    bind=(--bind_cores_to_rank)
-    if ((n > cores)); then bind=(); fi
     stages=(0 1 2 3 3nr)
     if ((n == 2)); then stages+=(1agb 2agb 2rb 2rbsync 3rb 3rbnopf); fi
     for stage in "${stages[@]}"; do
@@ -77,21 +101,26 @@ for ((r = 1; r <= reps; r++)); do
       nsteps=$steps
       if [[ $stage == *rb* ]]; then nsteps=$osteps; fi
       echo "rep $r: $n ranks, stage $stage ..." >&2
-      if ! OMP_NUM_THREADS=1 "$launcher" --num_procs "$n" "${bind[@]}" "$train" \
-          --deepspeed_config "$work/stage$stage.json" --steps "$nsteps" --log_every 1 "${model[@]}" \
-          --summary "$work/${tag}_{rank}.json" >"$work/$tag.log" 2>&1; then
-        echo "run.sh: $n ranks, stage $stage failed; its output:" >&2
-        tail -30 "$work/$tag.log" >&2
-        exit 1
+      with_base=0
+      if [[ -n $base ]] && [[ $stage =~ ^(0|1|2|3|3nr|2rb)$ ]]; then with_base=1; fi
+      if ((with_base && r % 2 == 0)); then
+        run "b_$tag" "$n" "stage$stage" "$nsteps" "$base/bin/zerorun" "$base/bin/zerorun-train" LD_LIBRARY_PATH="$base"
+      fi
+      run "$tag" "$n" "stage$stage" "$nsteps" "$launcher" "$train"
+      if ((with_base && r % 2 == 1)); then
+        run "b_$tag" "$n" "stage$stage" "$nsteps" "$base/bin/zerorun" "$base/bin/zerorun-train" LD_LIBRARY_PATH="$base"
       fi
     done
   done
 done
 
-/usr/bin/python3 - "$work" "$steps" "$reps" "$cores" "$agb" "$osteps" "$rbs" <<'PY'
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
+echo "CPU: $cpu; ISA flags: $isa; zerorun kernels: ${ZERORUN_ISA:-the best of these (chosen at run time)}"
+/usr/bin/python3 - "$work" "$steps" "$reps" "$cores" "$agb" "$osteps" "$rbs" "${base:-}" <<'PY'
 import glob, json, re, statistics, sys
 work, steps, reps, cores, agb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-osteps, rbs = int(sys.argv[6]), int(sys.argv[7])
+osteps, rbs, base_dir = int(sys.argv[6]), int(sys.argv[7]), sys.argv[8]
 MiB = 1 << 20
 
 def step_ms(log, tokens):
@@ -130,7 +159,8 @@ for n in (2, 4):
                          peak_total=max(s["memory_bytes"]["peak_total"] for s in summ), sent=sent, k=sent / unit,
                          want_k=want_k, loss=summ[0]["final_loss"],
                          ops=" ".join(f"{k} {statistics.mean(s['comm_bytes'][k]['bytes_sent'] for s in summ) / steps / unit:.3f}"
-                                      for k in sorted(summ[0]["comm_bytes"]) if k != "all_reduce" or stage == 0)))
+                                      for k in sorted(summ[0]["comm_bytes"]) if k != "all_reduce" or stage == 0),
+                         calls=" ".join(f"{k} {summ[0]['comm_bytes'][k]['calls'] / steps:g}" for k in sorted(summ[0]["comm_bytes"]))))
 
 psi = summ[0]["parameters"]
 print(f"ZeRO stages on the benchmark GPT: Ψ = {psi} parameters, bf16 weights/grads, fp32 master + AdamW, "
@@ -159,6 +189,10 @@ print("-" * len(h))
 for r in rows:
     print(f"{r['n']:>2} {r['stage']:>5} {r['sent']/MiB:>9.2f} {r['k']:>11.3f}Ψ {r['want_k']:>5}Ψ {r['k']/r['want_k']:>10.3f}  {r['ops']}")
 print("(scalar all-reduces of the loss and the gradient norm, 28 bytes a step, are in the total; in the breakdown only at stage 0)")
+print()
+print("Collectives per step (rank 0, calls by op)")
+for r in rows:
+    print(f"{r['n']:>2} {r['stage']:>5}  {r['calls']}")
 print("units: Ψ(N-1)/N bf16 elements = 2Ψ(N-1)/N bytes; paper: 2Ψ for stages 0-2 (all-reduce or reduce-scatter + "
       "all-gather), 3Ψ for stage 3 (parameters gathered in forward and backward + gradient reduce-scatter)")
 print("3nr: stage 3 with stage3_max_reuse_distance 0 (every module's parameters gathered again for its backward); "
@@ -238,5 +272,34 @@ for st, off, label in ((2, "s2rbsync", '"overlap_comm": false'), (3, "s3rbnopf",
     print(f"{st:>5} {label:>28} | {d['ms']:>7.0f} {o['ms']:>7.0f} {o['ms'] / d['ms']:>7.3f} | {d['exposed']:>11.1f} "
           f"{o['exposed']:>7.1f}")
 print("off/def > 1: what overlapping (stage 2) or prefetching (stage 3) saves; not asserted")
+
+if base_dir:
+    def summary(tag, nsteps):
+        times, sent, peaks, calls = [], [], [], None
+        for r in range(1, reps + 1):
+            ranks = [json.load(open(f)) for f in sorted(glob.glob(f"{work}/{tag}_r{r}_*.json"))]
+            tokens = ranks[0]["micro_batch"] * ranks[0]["seq_len"] * len(ranks)
+            times.append(step_ms(f"{work}/{tag}_r{r}.log", tokens))
+            sent.append(statistics.mean(sum(v["bytes_sent"] for v in s["comm_bytes"].values()) for s in ranks) / nsteps)
+            peaks.append(max(s["memory_bytes"]["buckets"]["peak"] for s in ranks))
+            calls = ", ".join(f"{k} {v['calls'] / nsteps:g}" for k, v in sorted(ranks[0]["comm_bytes"].items()))
+        return statistics.median(times), statistics.mean(sent), max(peaks), calls
+    print()
+    print(f"Before/after, interleaved in this run: base = {base_dir}, new = this build (medians over {reps} rep(s))")
+    h = (f"{'N':>2} {'stage':>5} | {'ms base':>7} {'ms new':>7} {'new/base':>8} | {'MiB/step base':>13} {'new':>7} {'new/base':>8} | "
+         f"{'bkt pk MiB base':>15} {'new':>6}")
+    print(h)
+    print("-" * len(h))
+    detail = []
+    for n, stage, nsteps in [(n, st, steps) for n in (2, 4) for st in ("0", "1", "2", "3", "3nr")] + [(2, "2rb", osteps)]:
+        b, x = summary(f"b_n{n}_s{stage}", nsteps), summary(f"n{n}_s{stage}", nsteps)
+        print(f"{n:>2} {stage:>5} | {b[0]:>7.0f} {x[0]:>7.0f} {x[0] / b[0]:>8.3f} | {b[1] / MiB:>13.3f} {x[1] / MiB:>7.3f} "
+              f"{x[1] / b[1]:>8.4f} | {b[2] / MiB:>15.2f} {x[2] / MiB:>6.2f}")
+        detail.append((n, stage, b[3], x[3]))
+    print("collectives per step (rank 0):")
+    for n, stage, b, x in detail:
+        print(f"{n:>2} {stage:>5}  base: {b}\n          new:  {x}")
+    print(f"2rb: stage 2 with reduce_bucket_size {rbs} (several buckets per group); step-time ratios are single "
+          "interleaved runs on a shared host: read them against the run-to-run noise quoted in docs/benchmarks.md")
 PY
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $cores cores"
