@@ -146,15 +146,13 @@ class FlatStrategy final : public PartitionedStrategy {
   bool reduces_every_micro_step() const { return opt_.stage >= 2; }
   void FinishAll();
 
-  GradBucketQueue queue_;
   std::vector<Group> groups_;
   bool reducing_ = false;
 };
 
 FlatStrategy::FlatStrategy(const StrategyOptions& options, std::vector<ParamSpec> params, ParamHost& host,
                            UpdateRule& rule, comm::Communicator& comm, Timers& timers)
-    : PartitionedStrategy(options, std::move(params), host, rule, comm, timers),
-      queue_(comm, {options.comm_dtype, options.average, options.prescale, options.predivide, options.synchronous}) {
+    : PartitionedStrategy(options, std::move(params), host, rule, comm, timers) {
   const int world = comm_.size();
   const int rank = comm_.rank();
   const int stage = opt_.stage;

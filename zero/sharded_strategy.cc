@@ -56,7 +56,6 @@ class ShardedStrategy final : public PartitionedStrategy {
   // This rank's shard of parameter id's initial value (the shard's padding stays zero).
   void FillShard(int id, const Tensor& shard);
 
-  GradBucketQueue queue_;
   std::vector<Tensor> param_parts_;  // per group: (partition) this rank's shards, model dtype
   std::vector<Tensor> grad_parts_;   // per group: (partition) their gradient accumulators
   Tensor frozen_shards_;             // this rank's shards of the frozen parameters
@@ -72,8 +71,7 @@ void ShardedStrategy::FillShard(int id, const Tensor& shard) {
 
 ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<ParamSpec> params, ParamHost& host,
                                  UpdateRule& rule, comm::Communicator& comm, Timers& timers)
-    : PartitionedStrategy(options, std::move(params), host, rule, comm, timers),
-      queue_(comm, {options.comm_dtype, options.average, options.prescale, options.predivide, options.synchronous}) {
+    : PartitionedStrategy(options, std::move(params), host, rule, comm, timers) {
   const int world = comm_.size();
   const int rank = comm_.rank();
   std::vector<ParamCoordinator::Param> coord_params(params_.size());

@@ -27,7 +27,13 @@ std::unique_ptr<Strategy> MakeStrategy(const StrategyOptions& options, std::vect
 
 PartitionedStrategy::PartitionedStrategy(const StrategyOptions& options, std::vector<ParamSpec> params,
                                          ParamHost& host, UpdateRule& rule, comm::Communicator& comm, Timers& timers)
-    : opt_(options), params_(std::move(params)), host_(host), rule_(rule), comm_(comm), timers_(timers) {
+    : opt_(options),
+      params_(std::move(params)),
+      host_(host),
+      rule_(rule),
+      comm_(comm),
+      timers_(timers),
+      queue_(comm, {options.comm_dtype, options.average, options.prescale, options.predivide, options.synchronous}) {
   // Trainable parameters come first, group by group, each group in index order.
   bool frozen_seen = false;
   for (size_t id = 0; id < params_.size(); ++id) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/zero/grad_buckets.h"
 #include "zerorun/zero/partition_optimizer.h"
 #include "zerorun/zero/strategy.h"
 
@@ -34,6 +35,9 @@ class PartitionedStrategy : public Strategy {
   UpdateRule& rule_;
   comm::Communicator& comm_;
   Timers& timers_;
+  // The gradient-bucket path (its packing policies belong to the derived strategy, whose destructor
+  // resets it first).
+  GradBucketQueue queue_;
   std::unique_ptr<PartitionOptimizer> optimizer_;
   std::vector<StateExtent> extents_;
   bool partitioned_ = false;

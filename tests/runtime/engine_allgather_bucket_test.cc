@@ -44,16 +44,8 @@ BucketRun RunWithBucket(int stage, int world, DType dtype, int64_t bucket, const
     s.micro = 2;
     s.dtype = dtype;
     if (bucket > 0) s.zero_json = Format(R"(, "allgather_bucket_size": {})", bucket);
-    if (std::string(optimizer) == "Lamb") s.extra_json = R"(, "zero_allow_untested_optimizer": true)";
-    std::string json = ConfigJson(s);
-    if (std::string(optimizer) != "AdamW") {
-      const std::string from = R"("type": "AdamW")";
-      json.replace(json.find(from), from.size(), Format(R"("type": "{}")", optimizer));
-    }
-    runtime::LoadOptions lo;
-    lo.world_size = world;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(json, lo);
+    s.optimizer = optimizer;
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(dtype));
     model.Initialize(11);
     runtime::EngineOptions eo;

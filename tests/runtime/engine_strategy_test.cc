@@ -32,16 +32,8 @@ Run Train3(int stage, int world, const std::string& zero_extra, const char* opti
     s.micro = 2;
     s.dtype = DType::kBF16;
     s.zero_json = R"(, "stage3_param_persistence_threshold": 0)" + zero_extra;
-    std::string json = ConfigJson(s);
-    if (std::string(optimizer) != "AdamW") {
-      const std::string from = R"("type": "AdamW")";
-      json.replace(json.find(from), from.size(), Format(R"("type": "{}")", optimizer));
-      json.insert(json.rfind('}'), R"(, "zero_allow_untested_optimizer": true)");
-    }
-    runtime::LoadOptions lo;
-    lo.world_size = world;
-    lo.log_warnings = false;
-    runtime::Config cfg = runtime::LoadConfigString(json, lo);
+    s.optimizer = optimizer;
+    runtime::Config cfg = LoadSpecConfig(s);
     gpt::Gpt model(TinyGpt(DType::kBF16));
     model.Initialize(4);
     runtime::EngineOptions eo;

@@ -68,6 +68,7 @@ struct RunSpec {
   std::string extra_json;  // appended inside the top-level object (leading comma included)
   std::string zero_json;  // extra keys of zero_optimization (leading comma included)
   std::string precision_json;  // replaces the default fp16/bf16 section (trailing comma included)
+  std::string optimizer = "AdamW";  // another type is allowed with zero_allow_untested_optimizer
   uint64_t seed = 7;
 };
 
@@ -83,11 +84,12 @@ inline std::string ConfigJson(const RunSpec& s) {
                      : s.dtype == DType::kBF16 ? R"("bf16": {"enabled": true},)"
                      : s.dtype == DType::kF16 ? R"("fp16": {"enabled": true, "initial_scale_power": 8},)"
                                               : "";
+  const std::string untested = s.optimizer == "AdamW" ? "" : R"(, "zero_allow_untested_optimizer": true)";
   return Format(R"({{ "train_micro_batch_size_per_gpu": {}, "gradient_accumulation_steps": {}, {}
-    "optimizer": {{"type": "AdamW", "params": {{"lr": 0.01, "weight_decay": 0.01}}}},
+    "optimizer": {{"type": "{}", "params": {{"lr": 0.01, "weight_decay": 0.01}}}},
     "gradient_clipping": 1.0,
-    "zero_optimization": {{"stage": {}, "reduce_bucket_size": 200 {}}} {} }})",
-                s.micro, s.gas, prec, s.stage, s.zero_json, s.extra_json);
+    "zero_optimization": {{"stage": {}, "reduce_bucket_size": 200 {}}} {}{} }})",
+                s.micro, s.gas, prec, s.optimizer, s.stage, s.zero_json, s.extra_json, untested);
 }
 
 // The tests' reduce_bucket_size (ConfigJson).
