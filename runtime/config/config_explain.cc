@@ -212,17 +212,18 @@ std::string ExplainConfig(const Config& c) {
                OnOff(z.contiguous_gradients), OnOff(z.reduce_scatter));
   os << "  reduce bucket:     " << Bytes(z.reduce_bucket_size, c.CommDType()) << "\n";
   if (stage == 1 || stage == 2) {
-    // Only a partition larger than the bucket is gathered in chunks, through two W-chunk staging buffers.
+    // Only a bucket slice larger than the allgather bucket is gathered in chunks, through two W-chunk
+    // staging buffers.
     os << "  allgather bucket:  " << Bytes(z.allgather_bucket_size, model) << " per chunk (staging "
        << Bytes(2 * c.batch.world_size * z.allgather_bucket_size, model)
-       << " during the step when a partition is larger)\n";
+       << " during the step when a reduce bucket's slice is larger)\n";
   }
   if (stage == 3) {
     os << "  prefetch bucket:   " << Bytes(z.prefetch_bucket_size, model) << "\n";
     os << "  persistence threshold: " << Bytes(z.param_persistence_threshold, model) << "\n";
     os << "  max live parameters:   " << Bytes(z.max_live_parameters, model) << "\n";
   }
-  if (stage >= 1) os << "  optimizer sub-group: " << Bytes(z.sub_group_size, DType::kF32) << " (fp32 master)\n";
+  os << "  optimizer sub-group: " << Bytes(z.sub_group_size, DType::kF32) << " (fp32 master; the unit of optimizer work)\n";
   auto offload = [&](const char* what, OffloadDevice d, const std::optional<std::string>& path, bool pin) {
     if (d == OffloadDevice::kNone) return Format("  {} offload: off\n", what);
     return Format("  {} offload: {}{}{}\n", what, OffloadDeviceName(d), path ? " at " + *path : std::string(),
