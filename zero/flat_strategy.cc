@@ -9,7 +9,6 @@
 // 1/2 each bucket is all-gathered in place as soon as its slice is updated (while the optimizer goes
 // on with the next), in allgather_bucket_size chunks through staging buffers when a slice is larger.
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include "zerorun/core/error.h"
@@ -30,7 +29,7 @@ namespace {
 class ChunkedGather {
  public:
   ChunkedGather(comm::Communicator& comm, DType dtype, Device device, int64_t chunk_numel)
-      : comm_(comm), dtype_(dtype), device_(device), elem_bytes_(DTypeSize(dtype)), chunk_numel_(chunk_numel) {}
+      : comm_(comm), dtype_(dtype), device_(device), chunk_numel_(chunk_numel) {}
   ChunkedGather(const ChunkedGather&) = delete;
   ChunkedGather& operator=(const ChunkedGather&) = delete;
   // A failed op aborts the communicator, which fails every later one at once: waiting here is bounded,
@@ -45,9 +44,10 @@ class ChunkedGather {
     }
   }
 
-  // Submits the gather of elements [offset, offset + count) of every rank's slice; this rank's chunk
-  // already holds its new values. REQUIRES: 0 < count <= chunk_numel.
-  void Submit(char* flat, int64_t begin, int64_t slice_numel, int64_t offset, int64_t count) {
+  // Submits the gather of elements [offset, offset + count) of every rank's slice of the bucket at
+  // `begin` of `flat` (the group's parameters); this rank's chunk already holds its new values.
+  // REQUIRES: 0 < count <= chunk_numel.
+  void Submit(const Tensor& flat, int64_t begin, int64_t slice_numel, int64_t offset, int64_t count) {
     ZR_CHECK(count > 0 && count <= chunk_numel_, "gather chunk of {} elements (bucket {})", count, chunk_numel_);
     Slot& s = slots_[next_];
     next_ ^= 1;
@@ -60,8 +60,8 @@ class ChunkedGather {
     s.slice_numel = slice_numel;
     s.offset = offset;
     s.count = count;
-    const char* mine = flat + static_cast<size_t>(begin + comm_.rank() * slice_numel + offset) * elem_bytes_;
-    s.work = comm_.AllGather(mine, s.staging.data(), static_cast<size_t>(count), dtype_);
+    const Tensor mine = flat.View(begin + comm_.rank() * slice_numel + offset, {count});
+    s.work = comm_.AllGather(mine.data(), s.staging.data(), static_cast<size_t>(count), dtype_);
     s.busy = true;
   }
 
@@ -81,7 +81,7 @@ class ChunkedGather {
     Tensor staging;  // (W · chunk) model dtype
     comm::Work work;
     bool busy = false;
-    char* flat = nullptr;
+    Tensor flat;
     int64_t begin = 0, slice_numel = 0, offset = 0, count = 0;
   };
 
@@ -89,12 +89,9 @@ class ChunkedGather {
     Stopwatch watch;
     s.busy = false;
     s.work.Wait();
-    const size_t bytes = static_cast<size_t>(s.count) * elem_bytes_;
-    const char* staging = static_cast<const char*>(s.staging.data());
     for (int r = 0; r < comm_.size(); ++r) {
       if (r == comm_.rank()) continue;  // this rank's chunk is already in place
-      std::memcpy(s.flat + static_cast<size_t>(s.begin + r * s.slice_numel + s.offset) * elem_bytes_,
-                  staging + static_cast<size_t>(r) * bytes, bytes);
+      s.flat.View(s.begin + r * s.slice_numel + s.offset, {s.count}).CopyFrom(s.staging.View(r * s.count, {s.count}));
     }
     wait_ms_ += watch.ElapsedMs();
   }
@@ -102,7 +99,6 @@ class ChunkedGather {
   comm::Communicator& comm_;
   DType dtype_;
   Device device_;
-  size_t elem_bytes_;
   int64_t chunk_numel_;
   Slot slots_[2];
   int next_ = 0;
@@ -332,7 +328,7 @@ void FlatStrategy::Step(float grad_scale) {
                                         static_cast<size_t>(b.slice_numel), opt_.param_dtype));
       } else {
         if (!chunked) chunked.emplace(comm_, opt_.param_dtype, opt_.device, chunk);
-        chunked->Submit(flat, b.range.begin, b.slice_numel, c.offset, count);
+        chunked->Submit(gs.flat_params, b.range.begin, b.slice_numel, c.offset, count);
       }
       c.offset += count;
       if (c.offset >= b.slice_numel) {
