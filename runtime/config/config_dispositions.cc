@@ -25,7 +25,6 @@ namespace {
 using enum KeyUse;
 
 // Issues that own keys (docs/config.md "Dispositions" lists them).
-constexpr int kStateStore = 12;     // zero/ optimizer state store: 16-bit masters/optimizer state, sub-groups
 constexpr int kOffload = 14;        // CPU/NVMe offload and its I/O engine
 constexpr int kCheckpoints = 15;    // training checkpoints (save/load/reshard)
 constexpr int kObservability = 20;  // TensorBoard, W&B, Comet, FLOPs profiler, memory breakdown
@@ -36,8 +35,7 @@ const char* kOptOffload = "zero_optimization.offload_optimizer.device";
 const char* kParamOffload = "zero_optimization.offload_param.device";
 const char* kLowPrecisionState =
     "zerorun keeps fp32 master weights, fp32 gradients for the optimizer and fp32 optimizer state; 16-bit ones "
-    "need the optimizer state store, which is not implemented yet (the memory and the numerics would differ "
-    "from what the config asks)";
+    "are not implemented (the memory and the numerics would differ from what the config asks)";
 const char* kZeroPP =
     "ZeRO++ quantized communication is not implemented: zerorun would communicate exact values, so training "
     "would not follow DeepSpeed's quantized run; remove the key to train with exact communication";
@@ -65,7 +63,7 @@ const std::vector<KeyDisposition> kTable = {
      "torch.optim.Adam(W) and DeepSpeed's fused Adam compute the same update, which zerorun's fused Adam "
      "computes either way"},
     {"optimizer.params.amsgrad", kRefused, "AMSGrad is not implemented (DeepSpeed's FusedAdam refuses it too)"},
-    {"optimizer.params.fp32_optimizer_states", kRefused, kLowPrecisionState, kStateStore},
+    {"optimizer.params.fp32_optimizer_states", kRefused, kLowPrecisionState},
     {"optimizer.params.max_grad_norm", kRefused, "use gradient_clipping (DeepSpeed refuses it too)"},
     {"optimizer.params.eps_inside_sqrt", kActed, "Lamb hyper-parameters"},
     {"optimizer.params.max_coeff", kActed, "Lamb hyper-parameters"},
@@ -114,14 +112,14 @@ const std::vector<KeyDisposition> kTable = {
     {"fp16.hysteresis", kActed, "loss scaler"},
     {"fp16.consecutive_hysteresis", kActed, "loss scaler"},
     {"fp16.min_loss_scale", kActed, "loss scaler"},
-    {"fp16.fp16_master_weights_and_grads", kRefused, kLowPrecisionState, kStateStore},
+    {"fp16.fp16_master_weights_and_grads", kRefused, kLowPrecisionState},
     {"bf16.enabled", kActed, "model dtype bf16"},
     {"bf16.immediate_grad_update", kWarned,
      "zerorun's layers add each gradient into the accumulation buffer (data_types.grad_accum_dtype) as backward "
      "produces it, which is what true asks for"},
     {"bf16.check_grad_overflow", kActed, "engine: a non-finite bf16 step is skipped"},
-    {"bf16.bf16_master_weights_and_grads", kRefused, kLowPrecisionState, kStateStore},
-    {"bf16.bf16_optimizer_states", kRefused, kLowPrecisionState, kStateStore},
+    {"bf16.bf16_master_weights_and_grads", kRefused, kLowPrecisionState},
+    {"bf16.bf16_optimizer_states", kRefused, kLowPrecisionState},
     {"amp.enabled", kRefused, "apex AMP is not supported; use fp16 or bf16 (refused when loading)"},
     {"torch_autocast.enabled", kRefused,
      "torch autocast (16-bit compute of an fp32 model) is not implemented; train in bf16 or fp16 instead"},
@@ -167,11 +165,11 @@ const std::vector<KeyDisposition> kTable = {
      "zerorun always reduces gradients through contiguous bucket buffers of reduce_bucket_size elements"},
     {"zero_optimization.overlap_comm", kActed, "engine: overlapped or synchronous bucket reductions"},
     {"zero_optimization.reduce_scatter", kWarned,
-     "zerorun always reduces stage 1/2 gradients to the ranks that own them (reduce-scatter volume); the reduced "
+     "zerorun always reduce-scatters stage 1/2 gradient buckets (one reduce-scatter per bucket); the reduced "
      "values are the same as with an all-reduce"},
     {"zero_optimization.reduce_bucket_size", kActed, "gradient bucket size"},
     {"zero_optimization.use_multi_rank_bucket_allreduce", kWarned,
-     "zerorun reduces each stage 1/2 bucket to its owners in one pass either way; the values are the same"},
+     "zerorun reduces each stage 1/2 bucket with one reduce-scatter either way; the values are the same"},
     {"zero_optimization.allgather_partitions", kWarned, "DeepSpeed ignores it too"},
     {"zero_optimization.allgather_bucket_size", kActed, "stage 1/2: chunked parameter all-gather"},
     {"zero_optimization.load_from_fp32_weights", kWarned, kCkpt, kCheckpoints},
@@ -194,10 +192,8 @@ const std::vector<KeyDisposition> kTable = {
     {"zero_optimization.offload_optimizer.ratio", kFollows, kOptOffload},
     {"zero_optimization.offload_optimizer.super_offload", kFollows, kOptOffload},
     {"zero_optimization.offload_optimizer.cpuadam_cores_perc", kFollows, kOptOffload},
-    {"zero_optimization.sub_group_size", kWarned,
-     "without offload the optimizer steps each partition in one pass, which gives the same values as stepping "
-     "DeepSpeed's sub-groups one by one (sub-groups only bound what offload swaps in at a time)",
-     kStateStore},
+    {"zero_optimization.sub_group_size", kActed,
+     "zero/ state store: the optimizer steps each partition sub-group by sub-group (the unit of swapping)"},
     {"zero_optimization.prefetch_bucket_size", kActed, "stage 3 parameter prefetch"},
     {"zero_optimization.param_persistence_threshold", kActed, "stage 3: parameters kept gathered"},
     {"zero_optimization.model_persistence_threshold", kRefused,
