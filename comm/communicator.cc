@@ -41,7 +41,14 @@ constexpr size_t kMaxRecords = 100000;
 double SpinSeconds() {
   static const double s = [] {
     const char* e = std::getenv("ZERORUN_COMM_SPIN_US");
-    return (e && *e ? std::atof(e) : 20.0) * 1e-6;
+    if (!e || !*e) return 20e-6;
+    char* end = nullptr;
+    double us = std::strtod(e, &end);
+    if (end == e || *end != '\0' || !(us >= 0 && us <= 1e6)) {
+      ZR_WARN("ignoring ZERORUN_COMM_SPIN_US='{}' (expected microseconds in [0, 1000000]); using 20", e);
+      return 20e-6;
+    }
+    return us * 1e-6;
   }();
   return s;
 }
@@ -123,8 +130,8 @@ Millis DefaultCommTimeout() {
   if (!e || !*e) return Millis(600'000);
   char* end = nullptr;
   double s = std::strtod(e, &end);
-  if (end == e || *end != '\0' || !(s > 0)) {
-    ZR_THROW(InvalidArgument, "ZERORUN_COMM_TIMEOUT='{}': expected a positive number of seconds", e);
+  if (end == e || *end != '\0' || !(s >= 0.001 && s <= 1e7)) {
+    ZR_THROW(InvalidArgument, "ZERORUN_COMM_TIMEOUT='{}': expected a number of seconds in [0.001, 10000000]", e);
   }
   return Millis(static_cast<int64_t>(s * 1000.0));
 }
@@ -246,6 +253,11 @@ void Communicator::Abort(const std::string& reason) {
   cv_.notify_all();
 }
 
+std::string Communicator::abort_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return abort_reason_;
+}
+
 [[noreturn]] void Communicator::ThrowAborted() {
   std::string reason;
   {
@@ -274,33 +286,47 @@ std::string Communicator::HeartbeatValue() const {
 
 std::string Communicator::DescribeStall(const OpDesc& op) {
   if (!heartbeat_store_) return "";
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) keys.push_back(Format("hb/{}", r));
+  }
+  std::map<std::string, std::string> beats;
+  try {  // bounded: a frozen store host must not hold this report for another timeout
+    beats = heartbeat_store_->GetExisting(keys, Millis(2000));
+  } catch (const StoreUnresponsiveError&) {
+    return Format("the rendezvous store did not answer within 2 s: the job's rank 0{}, which hosts it, is FROZEN or "
+                  "unreachable (stopped, in a debugger, swapping, or its host is cut off)",
+                  name_ == "world" ? Format(" (host {})", hosts_[0]) : std::string());
+  } catch (const Error& e) {
+    return Format("could not read heartbeats: {}", e.what());
+  }
   std::vector<std::string> missing, stalled;
-  double now = UnixMs();
-  // Heartbeats come every 0.5 s; call a rank stalled after a few missed ones (but within the timeout).
+  bool any_frozen = false;
+  const double now = UnixMs();
+  // Heartbeats come every 0.5 s; a rank is FROZEN after a few missed ones (but within the timeout).
   const double stale_ms = std::clamp(static_cast<double>(timeout_.count()) / 2, 1500.0, 5000.0);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    std::string key = Format("hb/{}", r);
-    std::string v;
-    try {
-      if (!heartbeat_store_->Check({key})) {
-        missing.push_back(Format("{} (no heartbeat)", PeerName(r)));
-        continue;
-      }
-      v = heartbeat_store_->Get(key, Millis(1000));
-    } catch (const Error& e) {
-      return Format("could not read heartbeats: {}", e.what());
+    auto it = beats.find(Format("hb/{}", r));
+    if (it == beats.end()) {
+      missing.push_back(Format("{} (no heartbeat at all: it never joined group '{}')", PeerName(r), name_));
+      continue;
     }
-    std::istringstream is(v);
+    std::istringstream is(it->second);
     uint64_t seq = 0;
     std::string opname;
     double ms = 0;
     is >> seq >> opname >> ms;
+    const double age_s = (now - ms) / 1e3;
+    const bool frozen = now - ms > stale_ms;
+    any_frozen = any_frozen || frozen;
+    const std::string state = frozen ? Format("FROZEN: no heartbeat for {} s", static_cast<int64_t>(age_s))
+                                     : std::string("alive");
     if (seq < op.seq) {
-      missing.push_back(seq == 0 ? Format("{} (reported no collective yet)", PeerName(r))
-                                 : Format("{} (last reported {} #{})", PeerName(r), opname, seq));
-    } else if (now - ms > stale_ms) {
-      stalled.push_back(Format("{} (no heartbeat for {} s)", PeerName(r), static_cast<int64_t>((now - ms) / 1000)));
+      missing.push_back(seq == 0 ? Format("{} ({}; reported no collective yet)", PeerName(r), state)
+                                 : Format("{} ({}; last reported {} #{})", PeerName(r), state, opname, seq));
+    } else if (frozen) {
+      stalled.push_back(Format("{} ({})", PeerName(r), state));
     }
   }
   std::string out;
@@ -311,6 +337,10 @@ std::string Communicator::DescribeStall(const OpDesc& op) {
   if (!stalled.empty()) {
     out += std::string(out.empty() ? "" : "; ") + "ranks that arrived but stopped responding: ";
     for (size_t i = 0; i < stalled.size(); ++i) out += (i ? ", " : "") + stalled[i];
+  }
+  if (any_frozen) {
+    out += ". FROZEN: its store connection is open, so the process exists but does not run (stopped by SIGSTOP or "
+           "a suspended job, in a debugger, swapping, or a paused VM)";
   }
   if (out.empty()) out = "every rank arrived and is alive (slow transport or a stuck peer thread)";
   return out;
@@ -457,7 +487,8 @@ bool Communicator::RunQueued(Queued& q, double* start_out) {
   } catch (const std::exception& e) {
     err = std::current_exception();
     if (!aborted_.load()) ZR_ERROR("{}", e.what());
-    Abort(Format("{} failed: {}", q.work->what(), e.what()));
+    const std::string what = q.work->what();
+    Abort(std::string(e.what()).rfind(what, 0) == 0 ? std::string(e.what()) : Format("{} failed: {}", what, e.what()));
   }
   if (!err && op.poll) return true;
   Finish(q.work, op, start, err);

@@ -196,6 +196,7 @@ class Communicator {
   // first reason wins. Safe from any thread.
   void Abort(const std::string& reason);
   bool aborted() const { return aborted_.load(); }
+  std::string abort_reason() const;  // the first reason ("" while not aborted)
   // Blocks until every op submitted so far has finished (errors stay in their Work).
   void Drain();
 

@@ -3,14 +3,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "zerorun/comm/local/local_comm.h"
 #include "zerorun/comm/monitor.h"
 #include "zerorun/comm/tcp_store.h"
 #include "zerorun/comm/ucx/ucx_comm.h"
 #include "zerorun/core/error.h"
+#include "zerorun/core/limits.h"
 #include "zerorun/core/log.h"
 #include "zerorun/core/timer.h"
 #ifdef ZERORUN_HAVE_CUDA
@@ -50,28 +53,46 @@ std::string HostName() {
 
 // Everything a multi-process world needs besides the backend; released after it, in this order:
 // monitor stopped (exiting is not a death), check-out, rank 0 waits for every check-out, server down.
+// Any member may be null: the constructors that fill them can throw (port in use, store unreachable,
+// wrong token), and this destructor then runs on a partial session.
 struct Session {
   int rank = 0;
   int size = 1;
+  std::string host;
   Millis timeout{0};
   std::unique_ptr<StoreServer> server;
   std::shared_ptr<Store> gen_store;
   std::shared_ptr<Monitor> monitor;
 
   ~Session() {
-    bool aborted = false;
+    bool aborted = !monitor;
     if (monitor) {
       aborted = !monitor->abort_reason().empty() || monitor->local_failure();
+      if (aborted && monitor->abort_reason().empty() && !monitor->store_lost()) {
+        // This rank failed on its own (a timeout, a transport error, ops still in flight at exit):
+        // say so to every rank now, so they stop with this diagnosis instead of waiting for theirs.
+        std::string why = monitor->local_failure_reason();
+        if (why.empty()) {
+          why = Format("it stopped with collectives in flight (after world op #{})", monitor->world_final_op());
+        }
+        monitor->AbortJob(Format("rank {} (host {}, pid {}) failed: {}", rank, host, ::getpid(), why));
+      }
       monitor->Stop();
     }
     try {
+      if (!gen_store) throw CommError("the rendezvous never started");
       if (aborted) throw CommError("job aborted; skipping the check-out");
+      gen_store->Set(Format("left/{}", rank), monitor->world_final_op());
       gen_store->Add("checkout", 1);
-      if (server && !aborted) {
+      if (server) {
         double deadline = NowSeconds() + std::min(120.0, static_cast<double>(timeout.count()) / 1e3);
         while (NowSeconds() < deadline) {
           if (std::stoll(gen_store->Get("checkout", Millis(1000))) >= size) break;
-          if (gen_store->Check({"abort"})) break;
+          if (gen_store->Check({"abort"})) {
+            // A peer failed (it will not check out): give the others a moment to read why.
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            break;
+          }
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       }
@@ -84,7 +105,50 @@ struct Session {
   }
 };
 
+// Waits until every rank has set "<what>/<rank>"; on timeout names the ranks that did not.
+void Barrier(Store& store, const char* what, int world, Millis timeout, const std::string& where) {
+  const int chunk = static_cast<int>(kStoreMaxKeysPerWait);
+  try {
+    for (int first = 0; first < world; first += chunk) {
+      std::vector<std::string> keys;
+      for (int r = first; r < std::min(world, first + chunk); ++r) keys.push_back(Format("{}/{}", what, r));
+      store.Wait(keys, timeout);
+    }
+  } catch (const StoreUnresponsiveError&) {
+    throw;
+  } catch (const TimeoutError&) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back(Format("{}/{}", what, r));
+    auto present = store.GetExisting(keys, Millis(5000));
+    std::string missing;
+    int n = 0;
+    for (int r = 0; r < world; ++r) {
+      if (present.count(Format("{}/{}", what, r))) continue;
+      if (++n <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (n > 16) missing += Format(" and {} more", n - 16);
+    ZR_THROW(TimeoutError, "rendezvous at {}: rank(s) {} of {} did not {} within {} s (not started, failed or stuck "
+             "before comm::InitFromEnv, or frozen; ZERORUN_STORE_CONNECT_TIMEOUT sets this bound)",
+             where, missing, world, std::string(what) == "joined" ? "join" : "finish connecting",
+             timeout.count() / 1000);
+  }
+}
+
 }  // namespace
+
+int64_t RequiredOpenFiles(int world, bool hosts_store) {
+  int64_t w = std::max(world, 1);
+  return 24 + 4 * (w - 1) + (hosts_store ? 3 + 2 * w : 0);
+}
+
+void CheckOpenFileLimit(int world, bool hosts_store, const std::string& who) {
+  const int64_t need = RequiredOpenFiles(world, hosts_store);
+  if (RaiseOpenFileLimit(static_cast<uint64_t>(need))) return;
+  ZR_THROW(CommError, "{} needs at least {} open files for a {}-rank job{}; {}: raise it (ulimit -n {}, or the "
+           "nofile limit of your scheduler or container)",
+           who, need, world, hosts_store ? " (it hosts the rendezvous store: two connections per rank)" : "",
+           OpenFileLimitText(), std::max<int64_t>(need, 4096));
+}
 
 bool BackendAvailable(const std::string& name) {
 #ifdef ZERORUN_HAVE_CUDA
@@ -124,15 +188,26 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
   const Millis timeout = options.comm.timeout.count() > 0 ? options.comm.timeout : DefaultCommTimeout();
   const Millis connect_timeout(static_cast<int64_t>(EnvInt("ZERORUN_STORE_CONNECT_TIMEOUT", 300, 1, 1 << 20)) * 1000);
 
+  const std::string host = HostName();
+  const std::string where = Format("{}:{} (MASTER_ADDR:MASTER_PORT)", addr, port);
+  CheckOpenFileLimit(world, rank == 0, Format("rank {}", rank));
+
   auto session = std::make_shared<Session>();
   session->rank = rank;
   session->size = world;
+  session->host = host;
   session->timeout = timeout;
   if (rank == 0) {
     StoreServerOptions so;
     so.port = port;
     so.token = token;
-    session->server = std::make_unique<StoreServer>(so);
+    try {
+      session->server = std::make_unique<StoreServer>(so);
+    } catch (const CommError& e) {
+      ZR_THROW(CommError, "rank 0 cannot host the rendezvous store on port {} (MASTER_PORT): {}. Another job or "
+               "program is using that port: pick a free one with --master_port (on one node, leave it out and the "
+               "launcher picks one)", port, e.what());
+    }
   }
   TcpStoreOptions to;
   to.host = addr;
@@ -140,30 +215,41 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
   to.token = token;
   to.connect_timeout = connect_timeout;
   to.timeout = timeout;
-  auto client = std::make_shared<TcpStore>(to);
+  std::shared_ptr<TcpStore> client;
+  try {
+    client = std::make_shared<TcpStore>(to);
+  } catch (const CommError& e) {
+    ZR_THROW(CommError, "rank {} cannot join the rendezvous at {}: {}", rank, where, e.what());
+  }
   session->gen_store = std::make_shared<PrefixStore>(Format("gen{}", restart), client);
-  const std::string host = HostName();
+  // Every rank is here before the backend exchanges addresses, so a missing one is named now.
+  session->gen_store->Set(Format("joined/{}", rank), "1");
+  Barrier(*session->gen_store, "joined", world, connect_timeout, where);
   session->monitor = std::make_shared<Monitor>(*session->gen_store, rank, host);
 
   CommOptions co = options.comm;
   co.timeout = timeout;
   std::unique_ptr<Communicator> comm;
-  if (backend == "ucx") {
-    comm = CreateUcxCommunicator(session->gen_store, rank, world, co, session->monitor);
-  } else {
+  try {
+    if (backend == "ucx") {
+      comm = CreateUcxCommunicator(session->gen_store, rank, world, co, session->monitor);
+    } else {
 #ifdef ZERORUN_HAVE_CUDA
-    int device = options.device >= 0 ? options.device : EnvInt("LOCAL_RANK", 0, 0, 1 << 16);
-    comm = CreateNcclCommunicator(session->gen_store, rank, world, device, co, session->monitor);
+      int device = options.device >= 0 ? options.device : EnvInt("LOCAL_RANK", 0, 0, 1 << 16);
+      comm = CreateNcclCommunicator(session->gen_store, rank, world, device, co, session->monitor);
 #endif
+    }
+  } catch (const std::exception& e) {
+    if (session->monitor->abort_reason().empty() && !session->monitor->store_lost()) {
+      session->monitor->AbortJob(Format("rank {} (host {}, pid {}) failed to set up the {} backend: {}", rank, host,
+                                        ::getpid(), backend, e.what()));
+    }
+    throw;
   }
   comm->AttachResource(session);
   // Everyone is connected before the first collective's clock starts.
   session->gen_store->Set(Format("ready/{}", rank), "1");
-  for (int first = 0; first < world; first += static_cast<int>(kStoreMaxKeysPerWait)) {
-    std::vector<std::string> keys;
-    for (int r = first; r < std::min(world, first + static_cast<int>(kStoreMaxKeysPerWait)); ++r) keys.push_back(Format("ready/{}", r));
-    session->gen_store->Wait(keys, connect_timeout);
-  }
+  Barrier(*session->gen_store, "ready", world, connect_timeout, where);
   ZR_DEBUG("world communicator ready: backend {}, rank {}/{}, store {}:{}", backend, rank, world, addr, port);
   return comm;
 }

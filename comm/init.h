@@ -11,8 +11,11 @@
 //   4. a Monitor publishes heartbeats and turns any rank's death into a CommError on every rank;
 //   5. the backend (argument, else ZERORUN_COMM_BACKEND=ucx|nccl|local, else ucx) builds the world.
 // Without WORLD_SIZE (or WORLD_SIZE=1 and no MASTER_PORT) it returns a one-rank `local` communicator.
-// Destroying the world communicator is a clean exit: each rank checks out through the store, and
-// rank 0 keeps the server up until every rank has checked out (bounded by the comm timeout).
+// Before any of it, the open-file limit is checked (raised to what the job needs when the hard limit
+// allows). Destroying the world communicator is a clean exit: each rank checks out through the store
+// ("left/<rank>" = its last world op, so peers still waiting for it fail at once), and rank 0 keeps
+// the server up until every rank has checked out (bounded by the comm timeout). A rank whose
+// communicator failed publishes its error as the job's abort reason instead.
 #pragma once
 
 #include <memory>
@@ -34,6 +37,15 @@ struct InitOptions {
 // Throws InvalidArgument for malformed or missing variables (naming them), CommError when the
 // rendezvous fails (naming MASTER_ADDR:MASTER_PORT).
 std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options = {});
+
+// File descriptors one rank of a `world`-rank job needs at least: its own files, UCX's and the two
+// store connections (24), UCX endpoints (up to 4 per peer over TCP), and for the rank that hosts the
+// rendezvous store a listening socket, a wake-up pipe and two connections per rank.
+int64_t RequiredOpenFiles(int world, bool hosts_store);
+
+// Makes the soft open-file limit at least RequiredOpenFiles(world, hosts_store), raising it when the
+// hard limit allows; otherwise throws CommError naming `who`, the need and the limit.
+void CheckOpenFileLimit(int world, bool hosts_store, const std::string& who);
 
 // The backend names this build supports ("local", "ucx", and "nccl" in CUDA builds).
 bool BackendAvailable(const std::string& name);

@@ -1,9 +1,11 @@
-// Monitor: heartbeats out, deaths in (see monitor.h).
+// Monitor: heartbeats out; deaths, frozen store hosts and ranks that left early in (see monitor.h).
 #include "zerorun/comm/monitor.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <sstream>
 
 #include "zerorun/comm/communicator.h"
 #include "zerorun/core/error.h"
@@ -14,8 +16,21 @@ namespace zerorun::comm {
 
 namespace {
 constexpr const char* kAbortKey = "abort";
+constexpr const char* kCheckoutKey = "checkout";  // Session (init.cc) counts check-outs here
 constexpr double kHeartbeatPeriodS = 0.5;
 constexpr Millis kWatchSlice{100};
+constexpr double kInterruptAfterS = 5.0;  // Stop(): a store call blocked this long is interrupted
+
+// "<seq> <op> <unix_ms>" (Communicator::HeartbeatValue) → seq and op.
+std::pair<uint64_t, std::string> ParseBeat(const std::string& v) {
+  std::istringstream is(v);
+  uint64_t seq = 0;
+  std::string op = "none";
+  is >> seq >> op;
+  return {seq, op};
+}
+
+bool IsCollective(const std::string& op) { return op != "send" && op != "recv" && op != "none"; }
 }  // namespace
 
 Monitor::Monitor(Store& store, int rank, std::string host)
@@ -35,12 +50,21 @@ void Monitor::Register(Communicator* comm) {
     ZR_WARN("heartbeat of group '{}': {}", comm->name(), e.what());
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (comm->name() == "world") {
+    world_size_ = comm->size();
+    if (!comm->hosts().empty()) store_host_ = comm->hosts()[0];
+  }
   entries_.push_back({comm, std::move(group)});
   if (!abort_reason_.empty()) comm->Abort(abort_reason_);
 }
 
 void Monitor::Unregister(Communicator* comm) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (comm->name() == "world") {
+    auto [seq, op] = ParseBeat(comm->HeartbeatValue());
+    world_final_op_ = Format("{} {}", seq, op);
+  }
+  if (comm->aborted() && local_failure_reason_.empty()) local_failure_reason_ = comm->abort_reason();
   entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.comm == comm; }),
                  entries_.end());
 }
@@ -50,6 +74,21 @@ std::string Monitor::abort_reason() const {
   return abort_reason_;
 }
 
+std::string Monitor::local_failure_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return local_failure_reason_;
+}
+
+std::string Monitor::world_final_op() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return world_final_op_;
+}
+
+std::string Monitor::StoreHostName() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Format("rank 0 (host {}, the rendezvous store host)", store_host_);
+}
+
 void Monitor::AbortAll(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (abort_reason_.empty()) abort_reason_ = reason;
@@ -57,12 +96,16 @@ void Monitor::AbortAll(const std::string& reason) {
 }
 
 void Monitor::AbortJob(const std::string& reason) {
-  try {
-    store_->CompareSet(kAbortKey, "", reason);
-  } catch (const Error& e) {
-    ZR_WARN("could not publish the abort reason: {}", e.what());
+  std::string winner = reason;
+  if (!store_lost_) {
+    try {
+      std::string stored = store_->CompareSet(kAbortKey, "", reason);
+      if (!stored.empty()) winner = stored;  // another rank's reason came first
+    } catch (const Error& e) {
+      ZR_WARN("could not publish the abort reason: {}", e.what());
+    }
   }
-  AbortAll(reason);
+  AbortAll(winner);
 }
 
 void Monitor::Stop() {
@@ -72,70 +115,154 @@ void Monitor::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  // The thread notices within one watch slice, unless it is blocked on a store host that stopped
+  // answering: then its call is interrupted (the server would otherwise hold this exit for the comm
+  // timeout).
+  bool interrupted = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!thread_done_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      const double since = call_since_;
+      if (!thread_done_ && !interrupted && since > 0 && NowSeconds() - since > kInterruptAfterS) {
+        lock.unlock();
+        store_->Interrupt();
+        interrupted = true;
+        lock.lock();
+      }
+    }
+  }
   if (thread_.joinable()) thread_.join();
+  if (interrupted || store_lost_) return;  // nothing to tell a store we cannot reach
   try {
     store_->ClearOnDisconnect();
   } catch (const Error&) {
   }
 }
 
+void Monitor::Beat() {
+  std::vector<Entry> entries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries = entries_;
+  }
+  // A comm is alive while listed (it unregisters before destruction), so it is only touched under
+  // the lock; the store write happens outside it.
+  for (auto& e : entries) {
+    std::string v;
+    int rank = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool still = std::any_of(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.comm == e.comm; });
+      if (!still) continue;
+      v = e.comm->HeartbeatValue();
+      rank = e.comm->rank();
+    }
+    e.store->Set(Format("hb/{}", rank), v);
+  }
+}
+
+// A rank that checked out cleanly after world op #s never joins op #s+1: a rank of this process
+// waiting in a later world collective would only time out. Abort the job now, naming the rank.
+void Monitor::CheckLeftRanks() {
+  int world = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    world = world_size_;
+  }
+  if (world <= 1) return;
+  auto count = store_->GetExisting({kCheckoutKey}, store_->timeout());
+  int64_t n = count.empty() ? 0 : std::atoll(count.begin()->second.c_str());
+  if (n > left_seen_) {
+    left_seen_ = n;
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) {
+      bool known = std::any_of(left_.begin(), left_.end(), [&](const auto& p) { return p.first == r; });
+      if (r != rank_ && !known) keys.push_back(Format("left/{}", r));
+    }
+    for (const auto& [k, v] : store_->GetExisting(keys, store_->timeout())) {
+      left_.emplace_back(std::atoi(k.c_str() + 5), ParseBeat(v).first);
+    }
+  }
+  if (left_.empty()) return;
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : entries_) {
+      if (e.comm->name() != "world") continue;
+      auto [seq, op] = ParseBeat(e.comm->HeartbeatValue());
+      if (!IsCollective(op)) break;
+      for (const auto& [r, left_seq] : left_) {
+        if (seq <= left_seq) continue;
+        reason = Format("rank {} (host {}) left the job: it finished cleanly after op #{} of group 'world', but rank {} "
+                        "is in {} #{}, which rank {} will never join (did that rank return early, or skip a "
+                        "collective in rank-conditional code?)",
+                        r, r < static_cast<int>(e.comm->hosts().size()) ? e.comm->hosts()[static_cast<size_t>(r)] : "?",
+                        left_seq, rank_, op, seq, r);
+        break;
+      }
+      break;
+    }
+  }
+  if (!reason.empty()) {
+    ZR_ERROR("aborting the job: {}", reason);
+    AbortJob(reason);
+  }
+}
+
 void Monitor::Run() {
   SetThreadLogRank(rank_);
   double next_beat = 0;
-  bool failed = false;
+  auto stopping = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_;
+  };
+  auto fail = [&](const std::string& reason) {
+    ZR_ERROR("aborting communicators: {}", reason);
+    AbortAll(reason);
+  };
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (stop_) return;
-      if (failed) {  // nothing more to watch; wait for Stop
-        cv_.wait(lock, [&] { return stop_; });
-        return;
-      }
-    }
+    if (stopping()) break;
+    call_since_ = NowSeconds();
     try {
       if (NowSeconds() >= next_beat) {
-        std::vector<Entry> entries;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          entries = entries_;
-        }
-        // A comm is alive while listed (it unregisters before destruction), so it is only touched
-        // under the lock; the store write happens outside it.
-        for (auto& e : entries) {
-          std::string v;
-          int rank = 0;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            bool still = std::any_of(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.comm == e.comm; });
-            if (!still) continue;
-            v = e.comm->HeartbeatValue();
-            rank = e.comm->rank();
-          }
-          e.store->Set(Format("hb/{}", rank), v);
-        }
+        Beat();
+        CheckLeftRanks();
         next_beat = NowSeconds() + kHeartbeatPeriodS;
+        call_since_ = NowSeconds();
       }
+      std::string reason;
       try {
-        store_->Wait({kAbortKey}, kWatchSlice);
-        std::string reason = store_->Get(kAbortKey, Millis(1000));
-        ZR_ERROR("aborting communicators: {}", reason);
-        AbortAll(reason);
-        failed = true;
+        reason = store_->Get(kAbortKey, kWatchSlice);  // parks on the server: one round trip per slice
+      } catch (const StoreUnresponsiveError&) {
+        throw;
       } catch (const TimeoutError&) {
+        continue;  // no abort yet
       }
+      fail(reason);
+      break;
+    } catch (const StoreUnresponsiveError& e) {
+      if (stopping()) break;
+      store_lost_ = true;
+      fail(Format("{} is FROZEN or unreachable: the rendezvous store it hosts has not answered for {} s although "
+                  "its connection is open (the process is stopped (SIGSTOP, a suspended job), in a debugger, "
+                  "swapping, or its host is cut off)",
+                  StoreHostName(), static_cast<int64_t>(NowSeconds() - call_since_)));
+      break;
     } catch (const CommError& e) {
-      bool stopping;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stopping = stop_;
-      }
-      if (stopping) return;
-      std::string reason = Format("rank 0 (the rendezvous store host) is unreachable, it probably died: {}", e.what());
-      ZR_ERROR("aborting communicators: {}", reason);
-      AbortAll(reason);
-      failed = true;
+      if (stopping()) break;
+      store_lost_ = true;
+      fail(Format("{} died: its rendezvous store connection closed ({})", StoreHostName(), e.what()));
+      break;
+    } catch (const Error& e) {  // e.g. a malformed counter: keep watching
+      ZR_WARN("monitor: {}", e.what());
+      std::this_thread::sleep_for(kWatchSlice);
     }
   }
+  call_since_ = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  thread_done_ = true;
+  cv_.notify_all();
 }
 
 }  // namespace zerorun::comm

@@ -31,6 +31,14 @@ std::string JoinKeys(const std::vector<std::string>& keys) {
 
 }  // namespace
 
+std::map<std::string, std::string> Store::GetExisting(const std::vector<std::string>& keys, Millis timeout) {
+  std::map<std::string, std::string> out;
+  for (const auto& k : keys) {
+    if (Check({k})) out[k] = Get(k, timeout);
+  }
+  return out;
+}
+
 // ---- HashStore -------------------------------------------------------------------------------------
 
 HashStore::HashStore() : state_(std::make_shared<State>()) {}
@@ -163,6 +171,11 @@ std::unique_ptr<Store> PrefixStore::Clone() {
   auto s = std::make_unique<PrefixStore>(prefix_, std::shared_ptr<Store>(base_->Clone()));
   s->set_timeout(timeout());
   return s;
+}
+std::map<std::string, std::string> PrefixStore::GetExisting(const std::vector<std::string>& keys, Millis timeout) {
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : base_->GetExisting(Keys(keys), timeout)) out[k.substr(prefix_.size() + 1)] = std::move(v);
+  return out;
 }
 std::string PrefixStore::Describe() const { return base_->Describe() + " (prefix '" + prefix_ + "')"; }
 

@@ -16,16 +16,29 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/core/error.h"
+
 namespace zerorun::comm {
 
 using Millis = std::chrono::milliseconds;
+
+// The store's server did not answer a request in time: the process hosting it (the job's rank 0) is
+// frozen (stopped, swapping, in a debugger) or its host is unreachable. The client's connection is
+// closed. A TimeoutError, but distinct from "the key did not appear in time", which the server
+// itself reports.
+class StoreUnresponsiveError final : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
 
 // Keys are non-empty byte strings; values are arbitrary byte strings (binary-safe).
 //
 // Thread safety: every method may be called from several threads at once.
 // Errors: TimeoutError (a CommError) when a blocking call runs past its timeout; CommError when the
-// store cannot be reached; InvalidArgument for an empty key or an over-long key/value. Every message
-// names the key (and, for TcpStore, host:port).
+// store cannot be reached or its connection closed; StoreUnresponsiveError when the server stopped
+// answering (TcpStore tolerates that for max(5 s, timeout()) beyond the call's own wait);
+// InvalidArgument for an empty key or an over-long key/value. Every message names the key (and,
+// for TcpStore, host:port).
 class Store {
  public:
   virtual ~Store() = default;
@@ -61,6 +74,15 @@ class Store {
   // A second client of the same store (a new connection for TcpStore), for a thread that blocks in
   // Wait while others keep using this one. Same prefix for a PrefixStore.
   virtual std::unique_ptr<Store> Clone() = 0;
+
+  // Diagnostics: the values of those `keys` that exist now (missing ones are left out of the
+  // result), never waiting for a missing key. The whole call takes at most about `timeout`, even
+  // when the server does not answer (StoreUnresponsiveError). Reads heartbeats after a timeout.
+  virtual std::map<std::string, std::string> GetExisting(const std::vector<std::string>& keys, Millis timeout);
+  // Makes a call blocked on this client in another thread fail promptly with CommError, and every
+  // later call too (TcpStore shuts its connection down). For shutdown paths that must not wait for
+  // an unresponsive server. Safe from any thread; a no-op for HashStore.
+  virtual void Interrupt() {}
 
   // Where the store lives, for messages ("host:port", "in-memory").
   virtual std::string Describe() const = 0;
@@ -120,6 +142,8 @@ class PrefixStore final : public Store {
   void SetOnDisconnect(const std::string& key, const std::string& value) override;
   void ClearOnDisconnect() override;
   std::unique_ptr<Store> Clone() override;
+  std::map<std::string, std::string> GetExisting(const std::vector<std::string>& keys, Millis timeout) override;
+  void Interrupt() override { base_->Interrupt(); }
   std::string Describe() const override;
 
   const std::string& prefix() const { return prefix_; }

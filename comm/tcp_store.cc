@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "zerorun/comm/store_protocol.h"
 #include "zerorun/comm/tcp_store.h"
 #include "zerorun/core/error.h"
+#include "zerorun/core/limits.h"
 #include "zerorun/core/log.h"
 #include "zerorun/core/timer.h"
 
@@ -23,21 +25,23 @@ namespace zerorun::comm {
 
 namespace {
 
-constexpr Millis kReplyGrace{5000};  // how much later than the server's own deadline we give up
+constexpr Millis kReplyGrace{5000};  // at least this much later than the server's own deadline we give up
 
 enum class IoResult { kOk, kTimeout, kClosed, kError };
 
-// Waits for `events` on fd until `deadline` (NowSeconds()); kOk when ready.
+// Waits for `events` on fd until `deadline` (NowSeconds()); kOk when ready. Polls at least once even
+// when the deadline has passed: a process that was stopped (SIGSTOP, a debugger, swapping) past its
+// deadline finds the reply that arrived meanwhile instead of calling it a timeout.
 IoResult PollUntil(int fd, short events, double deadline) {
   for (;;) {
     double left = deadline - NowSeconds();
-    if (left <= 0) return IoResult::kTimeout;
+    int ms = left <= 0 ? 0 : static_cast<int>(std::min(left, 3600.0) * 1e3) + 1;
     pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, static_cast<int>(std::min(left, 3600.0) * 1e3) + 1);
+    int rc = ::poll(&p, 1, ms);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return IoResult::kError;
-    if (rc == 0) continue;
-    return IoResult::kOk;
+    if (rc > 0) return IoResult::kOk;
+    if (left <= 0) return IoResult::kTimeout;
   }
 }
 
@@ -107,9 +111,23 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options) {
   Connect();
 }
 
-TcpStore::~TcpStore() {
+TcpStore::~TcpStore() { CloseConnection(); }
+
+void TcpStore::CloseConnection() {
+  std::lock_guard<std::mutex> lock(fd_mu_);
   if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
+
+void TcpStore::Interrupt() {
+  std::lock_guard<std::mutex> lock(fd_mu_);
+  interrupted_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);  // wakes a poll() in Call; the owner closes the fd
+}
+
+// A frozen server is tolerated as long as a blocking call may wait anyway (the comm timeout for
+// the stores InitFromEnv creates), and never less than kReplyGrace.
+Millis TcpStore::ReplyGrace() const { return std::max(kReplyGrace, timeout()); }
 
 std::string TcpStore::Describe() const { return Format("{}:{}", options_.host, options_.port); }
 
@@ -119,6 +137,8 @@ void TcpStore::Connect() {
   double backoff = 0.01;
   std::string last = "no attempt";
   int attempts = 0;
+  const double start = NowSeconds();
+  double next_note = start + 10.0;  // waiting is normal (rank 0 starts late); a long wait is said
   for (;;) {
     ++attempts;
     addrinfo hints{};
@@ -133,6 +153,12 @@ void TcpStore::Connect() {
     } else {
       for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
         int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+          int err = errno;
+          ::freeaddrinfo(res);
+          ZR_THROW(CommError, "store {}: {} ({}); raise the limit (ulimit -n)", where, ErrnoMessage("cannot open a socket", err),
+                   OpenFileLimitText());
+        }
         if (fd < 0) {
           last = ErrnoMessage("socket", errno);
           continue;
@@ -184,8 +210,10 @@ void TcpStore::Connect() {
           std::string msg = rd.Str(proto::kMaxHelloBytes);
           ::close(fd);
           ::freeaddrinfo(res);
-          ZR_THROW(CommError, "store {}: connection refused by the server: {}", where, msg);
+          ZR_THROW(CommError, "store {}: connection refused by the server: {} (the port belongs to another job, "
+                   "or this rank was given a different ZERORUN_JOB_TOKEN than rank 0)", where, msg);
         }
+        std::lock_guard<std::mutex> fd_lock(fd_mu_);
         fd_ = fd;
       }
       ::freeaddrinfo(res);
@@ -198,30 +226,43 @@ void TcpStore::Connect() {
       ZR_THROW(CommError, "store {}: could not connect within {} ms ({} attempts; last error: {})", where,
                options_.connect_timeout.count(), attempts, last);
     }
+    if (NowSeconds() >= next_note) {
+      ZR_WARN("store {}: still not reachable after {} s ({}); retrying for up to {} s more", where,
+              static_cast<int64_t>(NowSeconds() - start), last, static_cast<int64_t>(deadline - NowSeconds()));
+      next_note = NowSeconds() + 60.0;
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
     backoff = std::min(backoff * 2, 1.0);
   }
 }
 
 TcpStore::Reply TcpStore::Call(const std::string& request, const std::string& key, Millis reply_timeout) {
+  return CallUntil(request, key, NowSeconds() + std::chrono::duration<double>(reply_timeout).count(), reply_timeout);
+}
+
+TcpStore::Reply TcpStore::CallUntil(const std::string& request, const std::string& key, double deadline,
+                                    Millis shown_timeout) {
   const std::string where = Describe();
+  {
+    std::lock_guard<std::mutex> lock(fd_mu_);
+    if (interrupted_) ZR_THROW(CommError, "store {}: the connection was shut down by this process (key {})", where, key);
+  }
   if (fd_ < 0) {
     // A lost or desynchronised connection is not silently replaced: the server may be gone, and
     // this client's on-disconnect registration died with the old connection.
     ZR_THROW(CommError, "store {}: the connection was lost earlier (key {})", where, key);
   }
-  double deadline = NowSeconds() + std::chrono::duration<double>(reply_timeout).count();
   auto fail = [&](IoResult r, const char* phase) {
-    ::close(fd_);
-    fd_ = -1;
+    int err = errno;
+    CloseConnection();
     if (r == IoResult::kTimeout) {
-      ZR_THROW(TimeoutError, "store {}: no reply within {} ms while {} (key {})", where, reply_timeout.count(),
-               phase, key);
+      ZR_THROW(StoreUnresponsiveError, "store {}: the server did not answer within {} ms while {} (key {}); the "
+               "process hosting it (rank 0) is frozen or its host is unreachable", where, shown_timeout.count(), phase, key);
     }
     if (r == IoResult::kClosed) {
       ZR_THROW(CommError, "store {}: the server closed the connection while {} (key {})", where, phase, key);
     }
-    ZR_THROW(CommError, "store {}: {} while {} (key {})", where, ErrnoMessage("socket error", errno), phase, key);
+    ZR_THROW(CommError, "store {}: {} while {} (key {})", where, ErrnoMessage("socket error", err), phase, key);
   };
   IoResult r = WriteAll(fd_, request, deadline);
   if (r != IoResult::kOk) fail(r, "sending");
@@ -230,8 +271,7 @@ TcpStore::Reply TcpStore::Call(const std::string& request, const std::string& ke
   if (r != IoResult::kOk) fail(r, "waiting for the reply");
   uint32_t len = proto::FrameLength(hdr);
   if (len == 0 || len > kStoreMaxValueBytes + 64) {
-    ::close(fd_);
-    fd_ = -1;
+    CloseConnection();
     ZR_THROW(CommError, "store {}: malformed reply of {} bytes (key {})", where, len, key);
   }
   Reply reply;
@@ -262,7 +302,7 @@ std::string TcpStore::Get(const std::string& key, Millis timeout) {
   CheckKeyArg(key, Describe());
   std::lock_guard<std::mutex> lock(mu_);
   Reply r = Call(proto::Writer(proto::kGet).Str(key).I64(timeout.count()).Finish(), "'" + key + "'",
-                 timeout + kReplyGrace);
+                 timeout + ReplyGrace());
   if (r.status == proto::kTimeout) {
     ZR_THROW(TimeoutError, "store {}: timed out after {} ms waiting for key '{}'", Describe(), timeout.count(),
              key);
@@ -323,7 +363,7 @@ void TcpStore::Wait(const std::vector<std::string>& keys, Millis timeout) {
   }
   w.I64(timeout.count());
   std::lock_guard<std::mutex> lock(mu_);
-  Reply r = Call(w.Finish(), JoinKeys(keys), timeout + kReplyGrace);
+  Reply r = Call(w.Finish(), JoinKeys(keys), timeout + ReplyGrace());
   if (r.status == proto::kTimeout) {
     ZR_THROW(TimeoutError, "store {}: timed out after {} ms waiting for keys {}", Describe(), timeout.count(),
              JoinKeys(keys));
@@ -347,6 +387,20 @@ void TcpStore::SetOnDisconnect(const std::string& key, const std::string& value)
 void TcpStore::ClearOnDisconnect() {
   std::lock_guard<std::mutex> lock(mu_);
   Call(proto::Writer(proto::kClearOnDisc).Finish(), "(on-disconnect)", timeout());
+}
+
+std::map<std::string, std::string> TcpStore::GetExisting(const std::vector<std::string>& keys, Millis timeout) {
+  for (const auto& k : keys) CheckKeyArg(k, Describe());
+  std::lock_guard<std::mutex> lock(mu_);
+  const double deadline = NowSeconds() + std::chrono::duration<double>(timeout).count();
+  std::map<std::string, std::string> out;
+  for (const auto& k : keys) {  // GET with a zero wait: the server answers at once, value or TIMEOUT
+    Reply r = CallUntil(proto::Writer(proto::kGet).Str(k).I64(0).Finish(), "'" + k + "'", deadline, timeout);
+    if (r.status == proto::kTimeout) continue;
+    proto::Reader rd(r.payload);
+    out[k] = rd.Str(kStoreMaxValueBytes);
+  }
+  return out;
 }
 
 std::unique_ptr<Store> TcpStore::Clone() {

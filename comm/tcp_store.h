@@ -49,7 +49,7 @@ class StoreServer {
   void Stop();
   // Counters for tests and diagnostics.
   int64_t connections_accepted() const { return accepted_.load(); }
-  int64_t connections_refused() const { return refused_.load(); }  // bad token or garbage
+  int64_t connections_refused() const;  // bad token or garbage
 
  private:
   struct Impl;
@@ -58,7 +58,6 @@ class StoreServer {
   int port_ = 0;
   std::thread thread_;
   std::atomic<int64_t> accepted_{0};
-  std::atomic<int64_t> refused_{0};
   std::atomic<bool> stopped_{false};
 };
 
@@ -75,6 +74,11 @@ struct TcpStoreOptions {
 
 // One connection; calls are serialised by a mutex (use Clone() for a second connection when one
 // thread blocks in Wait while others must keep going).
+//
+// A server that stops answering (its process frozen) is waited for max(5 s, timeout()) beyond the
+// call's own wait, then the call throws StoreUnresponsiveError and the connection is closed; a
+// connection the server closed throws CommError. A client that was itself frozen reads a reply that
+// arrived meanwhile instead of calling it a timeout.
 class TcpStore final : public Store {
  public:
   explicit TcpStore(const TcpStoreOptions& options);
@@ -94,15 +98,22 @@ class TcpStore final : public Store {
   void SetOnDisconnect(const std::string& key, const std::string& value) override;
   void ClearOnDisconnect() override;
   std::unique_ptr<Store> Clone() override;
+  std::map<std::string, std::string> GetExisting(const std::vector<std::string>& keys, Millis timeout) override;
+  void Interrupt() override;
   std::string Describe() const override;
 
  private:
   struct Reply;
   Reply Call(const std::string& request, const std::string& key, Millis reply_timeout);
+  Reply CallUntil(const std::string& request, const std::string& key, double deadline, Millis shown_timeout);
   void Connect();
+  void CloseConnection();
+  Millis ReplyGrace() const;
   TcpStoreOptions options_;
-  std::mutex mu_;
+  std::mutex mu_;      // one request in flight
+  std::mutex fd_mu_;   // fd_ against Interrupt() from another thread
   int fd_ = -1;
+  bool interrupted_ = false;
 };
 
 }  // namespace zerorun::comm
