@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "zerorun/core/error.h"
+#include "zerorun/launcher/options.h"
 #include "zerorun/launcher/text.h"
 
 namespace zerorun::launcher {
@@ -23,6 +24,9 @@ bool ParseNonNegative(const std::string& s, int* out) {
   *out = std::stoi(s);
   return true;
 }
+
+// A line or name cut to a readable length for an error message.
+std::string Shorten(const std::string& s) { return s.size() <= 120 ? s : s.substr(0, 100) + "... (" + std::to_string(s.size()) + " bytes)"; }
 
 const HostSlots* FindHost(const Resources& pool, const std::string& host) {
   for (const HostSlots& h : pool) {
@@ -93,13 +97,19 @@ Resources ParseHostfile(const std::string& text, const std::string& origin) {
     size_t digits = pos + 6;
     size_t digits_end = digits;
     while (digits_end < line.size() && std::isdigit(static_cast<unsigned char>(line[digits_end]))) ++digits_end;
-    int slots = -1;
-    bool ok = pos > host_end && line.compare(pos, 6, "slots=") == 0 && digits_end > digits &&
-              ParseNonNegative(line.substr(digits, digits_end - digits), &slots);
+    bool ok = pos > host_end && line.compare(pos, 6, "slots=") == 0 && digits_end > digits;
     if (!ok) {
-      ZR_THROW(InvalidArgument, "{}:{}: bad hostfile line '{}': expected 'HOSTNAME slots=N'", origin, line_no, line);
+      ZR_THROW(InvalidArgument, "{}:{}: bad hostfile line '{}': expected 'HOSTNAME slots=N'", origin, line_no,
+               Shorten(line));
     }
     std::string host = line.substr(0, host_end);
+    std::string number = line.substr(digits, digits_end - digits);
+    number.erase(0, std::min(number.find_first_not_of('0'), number.size() - 1));  // "007" is 7
+    int slots = -1;
+    if (!ParseNonNegative(number, &slots) || slots > kMaxSlotsPerHost) {
+      ZR_THROW(InvalidArgument, "{}:{}: host '{}' slots={}: at most {} slots per host", origin, line_no,
+               Shorten(host), Shorten(number), kMaxSlotsPerHost);
+    }
     if (FindHost(out, host) != nullptr) {
       ZR_THROW(InvalidArgument, "{}:{}: host '{}' is listed twice", origin, line_no, host);
     }
@@ -114,11 +124,18 @@ Resources ParseHostfile(const std::string& text, const std::string& origin) {
 }
 
 Resources LoadHostfile(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) ZR_THROW(IoError, "{}", ErrnoMessage("cannot read hostfile " + path, errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseHostfile(ss.str(), path);
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxHostfileBytes) {
+      ZR_THROW(InvalidArgument, "{}: hostfile is larger than {} MiB: not a hostfile?", path, kMaxHostfileBytes >> 20);
+    }
+  }
+  if (in.bad()) ZR_THROW(IoError, "{}", ErrnoMessage("cannot read hostfile " + path, errno));
+  return ParseHostfile(text, path);
 }
 
 Resources FilterResources(const Resources& pool, const std::string& include, const std::string& exclude) {

@@ -20,8 +20,12 @@ struct HostSlots {
 // Hosts in hostfile order. A vector, not a map: order decides node ranks.
 using Resources = std::vector<HostSlots>;
 
+// Hostfiles larger than this are refused (a real one lists hosts in a few KiB).
+inline constexpr size_t kMaxHostfileBytes = 16u << 20;
+
 // Parses hostfile text. `origin` names the file in errors ("<origin>:<line>: ...").
-// Throws InvalidArgument on: a malformed line, a host listed twice, no entries at all.
+// Throws InvalidArgument on: a malformed line, more than kMaxSlotsPerHost slots, a host listed
+// twice, no entries at all.
 Resources ParseHostfile(const std::string& text, const std::string& origin);
 // Reads and parses `path`. Throws IoError if it cannot be read.
 Resources LoadHostfile(const std::string& path);

@@ -1,10 +1,13 @@
 // Launcher modes (driver, node, step) and the restart loop; command lines live in commands.cc.
 #include "zerorun/launcher/launch.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,7 +20,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "zerorun/comm/init.h"
 #include "zerorun/core/error.h"
+#include "zerorun/core/limits.h"
 #include "zerorun/core/log.h"
 #include "zerorun/launcher/binding.h"
 #include "zerorun/launcher/commands.h"
@@ -79,11 +84,57 @@ void PrintDry(const std::string& title, const EnvList& env, const std::vector<st
   std::printf("%s\n", line.c_str());
 }
 
+// Ranks inherit this process's open-file limit: make it enough for the rank that needs most here
+// (rank 0 hosts the rendezvous store) and for this launcher's pipes, or refuse before starting any.
+void CheckFileLimits(const World& world, int ranks_here, bool hosts_rank0) {
+  comm::CheckOpenFileLimit(world.world_size, hosts_rank0, hosts_rank0 ? "rank 0" : "each rank");
+  const int64_t launcher_need = 16 + 3 * static_cast<int64_t>(ranks_here);
+  if (!RaiseOpenFileLimit(static_cast<uint64_t>(launcher_need))) {
+    ZR_THROW(InvalidArgument, "zerorun needs at least {} open files to supervise {} rank(s) here; {}: raise it (ulimit -n)",
+             launcher_need, ranks_here, OpenFileLimitText());
+  }
+}
+
+// A free TCP port on this machine, bound the way the rendezvous server binds (all interfaces).
+int PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) ZR_THROW(IoError, "{}", ErrnoMessage("socket (picking a free port)", errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    int err = errno;
+    close(fd);
+    ZR_THROW(IoError, "{}", ErrnoMessage("picking a free port", err));
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Whether rank 0's store could listen on `port` here now (same flags as the server).
+bool PortFree(int port, int* err) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // cannot tell; rank 0 reports it
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd, 1) == 0;
+  *err = errno;
+  close(fd);
+  return ok;
+}
+
 // Runs node `k`'s ranks in this process's children.
 JobOutcome RunNodeHere(const LaunchOptions& opts, const World& world, int k, const JobContext& job, int watch_fd) {
   const Node& node = world.nodes[static_cast<size_t>(k)];
   std::string host = node.host == "localhost" ? Hostname() : node.host;
   int n = static_cast<int>(node.slots.size());
+  if (!opts.dry_run) CheckFileLimits(world, n, node.first_rank == 0);
   std::vector<CoreBinding> plan = Binding(opts, n, node.first_rank);
   if (!opts.dry_run) PrepareLogDir(opts.each_rank_log_dir);
   std::vector<ChildSpec> specs;
@@ -285,6 +336,7 @@ int RunStep(const LaunchOptions& opts) {
     PrintDry(spec.name, spec.env_set, spec.argv);
     return 0;
   }
+  comm::CheckOpenFileLimit(p.world_size, p.rank == 0, Format("rank {}", p.rank));
   SupervisorOptions so;
   so.kill_grace_s = opts.kill_grace_s;
   so.tail_lines = opts.tail_lines;
@@ -373,6 +425,18 @@ int Launch(const LaunchOptions& in) {
   if (runner.empty()) {
     bool remote = world.nodes.size() > 1 || !IsLocalName(world.nodes[0].host);
     runner = remote ? "ssh" : "local";
+  }
+  if (runner == "local") {
+    if (!opts.master_port_given) {
+      // One node and no --master_port: a free port (torchrun --standalone), so two jobs never meet
+      // on 29500. Restarts keep it.
+      opts.master_port = PickFreePort();
+      ZR_INFO("rendezvous on free port {} (no --master_port given)", opts.master_port);
+    } else if (int err = 0; !opts.dry_run && !PortFree(opts.master_port, &err)) {
+      ZR_THROW(InvalidArgument, "--master_port {}: {}; another job or program listens there: choose another port, or "
+               "leave --master_port out to get a free one", opts.master_port,
+               ErrnoMessage("rank 0 could not host the rendezvous store", err));
+    }
   }
   std::string pid_file;
   if (opts.save_pid && !opts.dry_run) {

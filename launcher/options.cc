@@ -3,6 +3,7 @@
 #include "zerorun/launcher/options.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -13,20 +14,26 @@
 namespace zerorun::launcher {
 namespace {
 
-int ToInt(const std::string& name, const std::string& value) {
+// An integer option's value within [lo, hi]; `what` says what the number means in the error.
+int ToInt(const std::string& name, const std::string& value, long lo, long hi, const char* what) {
   char* end = nullptr;
   errno = 0;
   long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno != 0 || v < -1000000000L || v > 1000000000L) {
+  if (value.empty() || *end != '\0' || (errno != 0 && errno != ERANGE)) {
     ZR_THROW(InvalidArgument, "--{}: '{}' is not an integer", name, value);
+  }
+  if (errno == ERANGE || v < lo || v > hi) {
+    ZR_THROW(InvalidArgument, "--{} {}: {} must be in [{}, {}]", name, value, what, lo, hi);
   }
   return static_cast<int>(v);
 }
 
-double ToDouble(const std::string& name, const std::string& value) {
+double ToDouble(const std::string& name, const std::string& value, double hi) {
   char* end = nullptr;
   double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !(v >= 0)) ZR_THROW(InvalidArgument, "--{}: '{}' is not a number >= 0", name, value);
+  if (value.empty() || *end != '\0' || !(v >= 0 && v <= hi)) {
+    ZR_THROW(InvalidArgument, "--{}: '{}' is not a number of seconds in [0, {}]", name, value, hi);
+  }
   return v;
 }
 
@@ -39,28 +46,35 @@ LaunchOptions ParseArgs(const std::vector<std::string>& args) {
       {"hostfile", [&](const std::string& v) { o.hostfile = v; o.hostfile_given = true; }},
       {"include", [&](const std::string& v) { o.include = v; }},
       {"exclude", [&](const std::string& v) { o.exclude = v; }},
-      {"num_nodes", [&](const std::string& v) { o.num_nodes = ToInt("num_nodes", v); }},
-      {"num_gpus", [&](const std::string& v) { o.num_gpus = ToInt("num_gpus", v); }},
-      {"num_accelerators", [&](const std::string& v) { o.num_gpus = ToInt("num_accelerators", v); }},
-      {"num_procs", [&](const std::string& v) { o.num_procs = ToInt("num_procs", v); }},
+      {"num_nodes", [&](const std::string& v) { o.num_nodes = ToInt("num_nodes", v, 1, kMaxWorldSize, "the host count"); }},
+      {"num_gpus", [&](const std::string& v) { o.num_gpus = ToInt("num_gpus", v, 1, kMaxSlotsPerHost, "GPUs per node"); }},
+      {"num_accelerators", [&](const std::string& v) {
+         o.num_gpus = ToInt("num_accelerators", v, 1, kMaxSlotsPerHost, "accelerators per node");
+       }},
+      {"num_procs", [&](const std::string& v) { o.num_procs = ToInt("num_procs", v, 1, kMaxSlotsPerHost, "ranks per node"); }},
       {"master_addr", [&](const std::string& v) { o.master_addr = v; }},
-      {"master_port", [&](const std::string& v) { o.master_port = ToInt("master_port", v); }},
-      {"node_rank", [&](const std::string& v) { o.node_rank = ToInt("node_rank", v); }},
+      {"master_port", [&](const std::string& v) {
+         o.master_port = ToInt("master_port", v, 1, 65535, "a TCP port");
+         o.master_port_given = true;
+       }},
+      {"node_rank", [&](const std::string& v) { o.node_rank = ToInt("node_rank", v, 0, kMaxWorldSize - 1, "the node index"); }},
       {"launcher", [&](const std::string& v) {
          o.launcher = v;
          std::transform(o.launcher.begin(), o.launcher.end(), o.launcher.begin(), ::tolower);
        }},
       {"launcher_args", [&](const std::string& v) { o.launcher_args = v; }},
-      {"ssh_port", [&](const std::string& v) { o.ssh_port = ToInt("ssh_port", v); }},
+      {"ssh_port", [&](const std::string& v) { o.ssh_port = ToInt("ssh_port", v, 1, 65535, "a TCP port"); }},
       {"bind_core_list", [&](const std::string& v) { o.bind_core_list = v; }},
       {"enable_each_rank_log", [&](const std::string& v) { o.each_rank_log_dir = v; }},
-      {"max_restarts", [&](const std::string& v) { o.max_restarts = ToInt("max_restarts", v); }},
-      {"kill_grace", [&](const std::string& v) { o.kill_grace_s = ToDouble("kill_grace", v); }},
-      {"tail_lines", [&](const std::string& v) { o.tail_lines = ToInt("tail_lines", v); }},
+      {"max_restarts", [&](const std::string& v) { o.max_restarts = ToInt("max_restarts", v, 0, 1000, "the restart count"); }},
+      {"kill_grace", [&](const std::string& v) { o.kill_grace_s = ToDouble("kill_grace", v, 3600); }},
+      {"tail_lines", [&](const std::string& v) { o.tail_lines = ToInt("tail_lines", v, 0, 100000, "the line count"); }},
       {"log_level", [&](const std::string& v) { setenv("ZERORUN_LOG_LEVEL", v.c_str(), 1); }},
       {"world_info", [&](const std::string& v) { o.world_info = v; }},
       {"from_env", [&](const std::string& v) { o.from_env = v; }},
-      {"restart_generation", [&](const std::string& v) { o.restart_generation = ToInt("restart_generation", v); }},
+      {"restart_generation", [&](const std::string& v) {
+         o.restart_generation = ToInt("restart_generation", v, 0, 1 << 30, "the generation");
+       }},
   };
   std::map<std::string, std::function<void()>> flags = {
       {"help", [&] { o.help = true; }},
@@ -135,10 +149,7 @@ LaunchOptions ParseArgs(const std::vector<std::string>& args) {
   if (!o.from_env.empty() && o.from_env != "slurm" && o.from_env != "openmpi") {
     ZR_THROW(InvalidArgument, "--from_env '{}': expected slurm or openmpi", o.from_env);
   }
-  if (o.master_port <= 0 || o.master_port > 65535) ZR_THROW(InvalidArgument, "--master_port {} is not a TCP port", o.master_port);
-  if (o.max_restarts < 0) ZR_THROW(InvalidArgument, "--max_restarts {} must be >= 0", o.max_restarts);
   if (o.num_gpus > 0 && o.num_procs > 0) ZR_THROW(InvalidArgument, "give --num_gpus or --num_procs, not both");
-  if (o.tail_lines < 0) ZR_THROW(InvalidArgument, "--tail_lines {} must be >= 0", o.tail_lines);
   return o;
 }
 
@@ -178,7 +189,8 @@ How they are started
   --node_rank K           start only node K's ranks, here (run it on every node yourself;
                           export the same ZERORUN_JOB_TOKEN on all of them)
   --master_addr ADDR      rank 0's address (default: 127.0.0.1 on one node, else first host)
-  --master_port PORT      rendezvous port (default 29500)
+  --master_port PORT      rendezvous port (default: a free port on a one-node local job,
+                          else 29500)
 Each rank
   --no_local_rank         do not pass --local_rank=N to PROGRAM
   --bind_cores_to_rank    split this node's physical cores evenly among its ranks (NUMA

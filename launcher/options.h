@@ -17,6 +17,7 @@ struct LaunchOptions {
   int num_procs = -1;              // CPU ranks per node: slots 0..N-1, no CUDA_VISIBLE_DEVICES (-1: unset)
   std::string master_addr;         // "" = 127.0.0.1 on one node, else the first host
   int master_port = 29500;
+  bool master_port_given = false;  // without it a one-node local job picks a free port
   int node_rank = -1;              // >= 0: start only this node's ranks, here (manual or agent mode)
   std::string launcher;            // local|ssh|pdsh|slurm|openmpi; "" = local for one host, ssh for more
   std::string launcher_args;       // extra arguments for ssh/pdsh/srun/mpirun, split shell-style
@@ -42,6 +43,11 @@ struct LaunchOptions {
   std::string program;             // PROGRAM
   std::vector<std::string> program_args;  // everything after PROGRAM, verbatim
 };
+
+// Upper bounds of the counts a command line or hostfile may ask for (beyond them the request is a
+// typo, and honouring it would exhaust memory or file descriptors before failing).
+inline constexpr int kMaxSlotsPerHost = 1024;
+inline constexpr int kMaxWorldSize = 1 << 20;
 
 // Parses argv (argv[0] excluded). Throws InvalidArgument naming the option for an unknown option,
 // a missing or malformed value, or a missing PROGRAM (unless --help).

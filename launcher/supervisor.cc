@@ -58,6 +58,15 @@ void WriteAll(int fd, const std::string& data) {
 
 using Clock = std::chrono::steady_clock;
 
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 't' traced, 'Z', ...), 0 if unknown.
+char ProcessState(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content;
+  std::getline(stat, content);
+  size_t paren = content.rfind(')');
+  return paren != std::string::npos && paren + 2 < content.size() ? content[paren + 2] : 0;
+}
+
 const char* SignalName(int sig) {
   switch (sig) {
     case SIGKILL: return "SIGKILL";
@@ -220,6 +229,7 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
       if (run[i].pid > 0 && !outcome.children[i].exited && !opts.stop_by_closing_stdin) {
         kill(-run[i].pid, sig);
         kill(run[i].pid, sig);
+        kill(-run[i].pid, SIGCONT);  // a stopped (SIGSTOPped, suspended) rank handles it now, not at SIGKILL
       }
     }
   };
@@ -288,7 +298,11 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
       CloseFd(&run[i].out_fd);
     }
   };
+  std::vector<std::string> stopped_notes;  // children found stopped when the job failed
   auto reap = [&] {
+    // Children that ended since the last pass; when several did, a death by a signal is the cause
+    // and an exit code the consequence (ranks exit 1 after noticing a peer died).
+    int first_failed = -1;
     for (size_t i = 0; i < run.size(); ++i) {
       ChildResult& res = outcome.children[i];
       if (res.exited) continue;
@@ -302,11 +316,23 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
         res.exit_code = WEXITSTATUS(status);
       }
       bool failed = res.term_signal != 0 || res.exit_code != 0;
-      if (failed && !teardown) {
-        outcome.failed_child = static_cast<int>(i);
-        ZR_ERROR("{} failed with {}; stopping the job", specs[i].name, DescribeStatus(res));
-        start_teardown(SIGTERM);
+      if (failed && (first_failed < 0 || (res.term_signal != 0 && outcome.children[first_failed].term_signal == 0))) {
+        first_failed = static_cast<int>(i);
       }
+    }
+    if (first_failed >= 0 && !teardown) {
+      outcome.failed_child = first_failed;
+      ZR_ERROR("{} failed with {}; stopping the job", specs[first_failed].name,
+               DescribeStatus(outcome.children[first_failed]));
+      for (size_t i = 0; i < run.size(); ++i) {
+        if (outcome.children[i].exited || run[i].pid <= 0) continue;
+        char state = ProcessState(run[i].pid);
+        if (state == 'T' || state == 't') {
+          stopped_notes.push_back(Format("zerorun: {} (pid {}) was stopped (SIGSTOP, job control or a debugger) when "
+                                         "the job failed", specs[i].name, run[i].pid));
+        }
+      }
+      start_teardown(SIGTERM);
     }
   };
   auto all_exited = [&] {
@@ -413,6 +439,7 @@ JobOutcome RunChildren(const std::vector<ChildSpec>& specs, const SupervisorOpti
       report += Format("\nzerorun: last {} line(s) of {}:", res.tail.size(), spec.name);
       for (const std::string& line : res.tail) report += "\n  | " + line;
     }
+    for (const std::string& note : stopped_notes) report += "\n" + note;
     outcome.report = report;
   } else if (outcome.stop_signal != 0) {
     outcome.exit_code = 128 + outcome.stop_signal;

@@ -115,6 +115,9 @@ World ResolveWorld(const LaunchOptions& opts, const HostFacts& facts) {
     if (h.slots.empty()) continue;
     world.nodes.push_back({h.host, h.slots, world.world_size});
     world.world_size += static_cast<int>(h.slots.size());
+    if (world.world_size > kMaxWorldSize) {
+      ZR_THROW(InvalidArgument, "the selected hosts add up to more than {} ranks (the most zerorun supports)", kMaxWorldSize);
+    }
   }
   if (world.world_size == 0) ZR_THROW(InvalidArgument, "the selected hosts have no slots (every host has slots=0)");
   return world;
@@ -148,6 +151,11 @@ World DecodeWorldInfo(const std::string& text) {
     for (const std::string& s : Split(spec.substr(colon + 1), ',')) {
       std::vector<int> one = ParseRangeList(s);
       node.slots.insert(node.slots.end(), one.begin(), one.end());
+    }
+    if (node.slots.size() > static_cast<size_t>(kMaxSlotsPerHost) ||
+        world.world_size + static_cast<int64_t>(node.slots.size()) > kMaxWorldSize) {
+      ZR_THROW(InvalidArgument, "--world_info: node '{}' has {} slots (at most {} per host, {} in all)", node.host,
+               node.slots.size(), kMaxSlotsPerHost, kMaxWorldSize);
     }
     world.world_size += static_cast<int>(node.slots.size());
     world.nodes.push_back(std::move(node));
