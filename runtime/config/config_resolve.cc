@@ -35,64 +35,108 @@ std::optional<int64_t> Mul3(int64_t a, int64_t b, int64_t c) {
   return abc;
 }
 
+// Errors name the key the user wrote: a value given as <= 0 is reported on its own key, and a
+// derived value that fails DeepSpeed's checks on the keys it was derived from.
 void ResolveBatch(BatchConfig& b, int w, Collected& out) {
   auto& tbs = b.train_batch_size;
   auto& mbs = b.train_micro_batch_size_per_gpu;
   auto& gas = b.gradient_accumulation_steps;
   b.world_size = w;
-  // A zero divisor fails the same assertion DeepSpeed's ZeroDivisionError would precede.
-  if (tbs && mbs && !gas && *mbs == 0) {
-    out.Error("train_micro_batch_size_per_gpu", "Micro batch size per gpu: 0 has to be greater than 0");
-    return;
+  constexpr const char* kTbs = "train_batch_size";
+  constexpr const char* kMbs = "train_micro_batch_size_per_gpu";
+  constexpr const char* kGas = "gradient_accumulation_steps";
+  // Given values first, each under its own key (DeepSpeed would report some of them under a value
+  // it derived from them, e.g. micro -1 as "Train batch size: -2").
+  bool bad = false;
+  if (tbs && *tbs <= 0) {
+    out.Error(kTbs, Format("Train batch size: {} has to be greater than 0", *tbs));
+    bad = true;
   }
-  if (tbs && gas && !mbs && *gas == 0) {
-    out.Error("gradient_accumulation_steps", "Gradient accumulation steps: 0 has to be greater than 0");
-    return;
+  if (mbs && *mbs <= 0) {
+    out.Error(kMbs, Format("Micro batch size per gpu: {} has to be greater than 0", *mbs));
+    bad = true;
   }
+  if (gas && *gas <= 0) {
+    out.Error(kGas, Format("Gradient accumulation steps: {} has to be greater than 0", *gas));
+    bad = true;
+  }
+  if (bad) return;
   auto too_large = [&](const char* key) { out.Error(key, "the batch arithmetic overflows a 64-bit integer"); };
+  // A derived value (`what`, DeepSpeed's name for it) that is not positive: reported on `key`,
+  // which the user wrote, with the arithmetic that produced it.
+  auto derived_bad = [&](const char* key, const char* what, int64_t v, const std::string& how, const std::string& hint) {
+    out.Error(key, Format("{}: {} has to be greater than 0 (derived from the values given: {} = {}; {})", what, v, how,
+                          v, hint));
+  };
+  std::string how;      // the derivation, for messages
+  const char* derived = "";
   if (tbs && mbs && gas) {
     // all given: nothing derived
   } else if (tbs && mbs) {
     gas = FloorDiv(FloorDiv(*tbs, *mbs), w);
-    Derive(out, "gradient_accumulation_steps",
-           Format("(train_batch_size // train_micro_batch_size_per_gpu) // world = ({} // {}) // {}", *tbs, *mbs, w));
+    how = Format("(train_batch_size // train_micro_batch_size_per_gpu) // world = ({} // {}) // {}", *tbs, *mbs, w);
+    derived = kGas;
+    Derive(out, kGas, how);
+    if (*gas <= 0) {
+      derived_bad(kTbs, "Gradient accumulation steps", *gas, how,
+                  Format("train_batch_size must be at least train_micro_batch_size_per_gpu × world = {}",
+                         Mul3(*mbs, w, 1).value_or(INT64_MAX)));
+      return;
+    }
   } else if (tbs && gas) {
     mbs = FloorDiv(FloorDiv(*tbs, w), *gas);
-    Derive(out, "train_micro_batch_size_per_gpu",
-           Format("(train_batch_size // world) // gradient_accumulation_steps = ({} // {}) // {}", *tbs, w, *gas));
+    how = Format("(train_batch_size // world) // gradient_accumulation_steps = ({} // {}) // {}", *tbs, w, *gas);
+    derived = kMbs;
+    Derive(out, kMbs, how);
+    if (*mbs <= 0) {
+      derived_bad(kTbs, "Micro batch size per gpu", *mbs, how,
+                  Format("train_batch_size must be at least gradient_accumulation_steps × world = {}",
+                         Mul3(*gas, w, 1).value_or(INT64_MAX)));
+      return;
+    }
   } else if (mbs && gas) {
     const auto t = Mul3(*mbs, *gas, w);
-    if (!t) return too_large("train_batch_size");
+    if (!t) return too_large(kMbs);
     tbs = *t;
-    Derive(out, "train_batch_size",
-           Format("micro × accumulation × world = {} × {} × {}", *mbs, *gas, w));
+    Derive(out, kTbs, Format("micro × accumulation × world = {} × {} × {}", *mbs, *gas, w));
   } else if (tbs) {
     gas = 1;
     mbs = FloorDiv(*tbs, w);
-    Derive(out, "gradient_accumulation_steps", "1 (only train_batch_size given)");
-    Derive(out, "train_micro_batch_size_per_gpu", Format("train_batch_size // world = {} // {}", *tbs, w));
+    Derive(out, kGas, "1 (only train_batch_size given)");
+    how = Format("train_batch_size // world = {} // {}", *tbs, w);
+    derived = kMbs;
+    Derive(out, kMbs, how);
+    if (*mbs <= 0) {
+      derived_bad(kTbs, "Micro batch size per gpu", *mbs, how,
+                  Format("train_batch_size must be at least the world size {}", w));
+      return;
+    }
   } else if (mbs) {
     gas = 1;
     const auto t = Mul3(*mbs, 1, w);
-    if (!t) return too_large("train_batch_size");
+    if (!t) return too_large(kMbs);
     tbs = *t;
-    Derive(out, "gradient_accumulation_steps", "1 (only train_micro_batch_size_per_gpu given)");
-    Derive(out, "train_batch_size", Format("micro × world = {} × {}", *mbs, w));
+    Derive(out, kGas, "1 (only train_micro_batch_size_per_gpu given)");
+    Derive(out, kTbs, Format("micro × world = {} × {}", *mbs, w));
+  } else if (IsAuto(out, kTbs) || IsAuto(out, kMbs)) {
+    const bool both = IsAuto(out, kTbs) && IsAuto(out, kMbs);
+    out.Error(IsAuto(out, kMbs) ? kMbs : kTbs,
+              Format("{} \"auto\" but nothing to derive {} from: zerorun resolves \"auto\" batch sizes from the "
+                     "other batch keys (HF Trainer fills them from its own arguments); give "
+                     "train_micro_batch_size_per_gpu or train_batch_size a number",
+                     both ? "train_batch_size and train_micro_batch_size_per_gpu are both" :
+                            (IsAuto(out, kMbs) ? "train_micro_batch_size_per_gpu is" : "train_batch_size is"),
+                     both ? "them" : "it"));
+    return;
   } else {
-    out.Error("train_batch_size", "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    out.Error(kTbs, "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
     return;
   }
-  if (*tbs <= 0) {
-    out.Error("train_batch_size", Format("Train batch size: {} has to be greater than 0", *tbs));
-  } else if (*mbs <= 0) {
-    out.Error("train_micro_batch_size_per_gpu", Format("Micro batch size per gpu: {} has to be greater than 0", *mbs));
-  } else if (*gas <= 0) {
-    out.Error("gradient_accumulation_steps", Format("Gradient accumulation steps: {} has to be greater than 0", *gas));
-  } else if (Mul3(*mbs, *gas, w) != tbs) {
-    out.Error("train_batch_size",
+  if (Mul3(*mbs, *gas, w) != tbs) {
+    out.Error(kTbs,
               Format("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
-                     "gradient_acc_step * world_size {} != {} * {} * {}",
-                     *tbs, *mbs, *gas, w));
+                     "gradient_acc_step * world_size {} != {} * {} * {}{}",
+                     *tbs, *mbs, *gas, w, how.empty() ? "" : Format(" ({} derived as {})", derived, how)));
   }
 }
 

@@ -37,8 +37,10 @@ TEST_SUITE("unit") {
     auto e = Errors(R"({"train_batch_size":33,"train_micro_batch_size_per_gpu":17,"gradient_accumulation_steps":2})", 2);
     CHECK_MESSAGE(Has(e, "train_batch_size", "33 != 17 * 2 * 2"), Dump(e));
     e = Errors(R"({"train_batch_size":33,"train_micro_batch_size_per_gpu":17})", 2);  // gas = (33//17)//2 = 0
-    CHECK_MESSAGE(Has(e, "gradient_accumulation_steps", "Gradient accumulation steps: 0 has to be greater than 0"),
-                  Dump(e));
+    // reported on a key the user wrote, with the derivation
+    CHECK_MESSAGE(Has(e, "train_batch_size", "Gradient accumulation steps: 0 has to be greater than 0"), Dump(e));
+    CHECK_MESSAGE(Has(e, "train_batch_size", "(33 // 17) // 2 = 0"), Dump(e));
+    CHECK_MESSAGE(Has(e, "train_batch_size", "at least train_micro_batch_size_per_gpu × world = 34"), Dump(e));
     e = Errors(R"({"train_batch_size":33,"gradient_accumulation_steps":2})", 2);  // mbs = (33//2)//2 = 8
     CHECK_MESSAGE(Has(e, "train_batch_size", "33 != 8 * 2 * 2"), Dump(e));
     e = Errors(R"({"gradient_accumulation_steps":2})", 2);
@@ -48,18 +50,49 @@ TEST_SUITE("unit") {
     e = Errors(R"({"train_batch_size":32,"train_micro_batch_size_per_gpu":18,"gradient_accumulation_steps":1})", 2);
     CHECK(Has(e, "train_batch_size", "32 != 18 * 1 * 2"));
     e = Errors(R"({"train_batch_size":32,"train_micro_batch_size_per_gpu":18})", 2);
-    CHECK(Has(e, "gradient_accumulation_steps", "0 has to be greater than 0"));
+    CHECK(Has(e, "train_batch_size", "0 has to be greater than 0"));
   }
 
   TEST_CASE("batch: non-positive values and zero divisors") {
     CHECK(Has(Errors(R"({"train_batch_size":0})"), "train_batch_size", "Train batch size: 0 has to be greater than 0"));
-    CHECK(Has(Errors(R"({"train_micro_batch_size_per_gpu":-4})"), "train_batch_size", "-4 has to be greater than 0"));
+    CHECK(Has(Errors(R"({"train_micro_batch_size_per_gpu":-4})"), "train_micro_batch_size_per_gpu",
+              "Micro batch size per gpu: -4 has to be greater than 0"));
     CHECK(Has(Errors(R"({"train_batch_size":8,"train_micro_batch_size_per_gpu":0})"), "train_micro_batch_size_per_gpu",
               "has to be greater than 0"));
     CHECK(Has(Errors(R"({"train_batch_size":8,"gradient_accumulation_steps":0})"), "gradient_accumulation_steps",
               "has to be greater than 0"));
+  }
+
+  TEST_CASE("batch: every error names a key the user wrote (issue 13 item 5)") {
+    // a given value <= 0 is reported under its own key, never under one derived from it
+    auto e = Errors(R"({"train_micro_batch_size_per_gpu": -1})", 2);
+    CHECK_MESSAGE(e.size() == 1, Dump(e));
+    CHECK_MESSAGE(Has(e, "train_micro_batch_size_per_gpu", "Micro batch size per gpu: -1 has to be greater than 0"), Dump(e));
+    e = Errors(R"({"train_batch_size": 8, "gradient_accumulation_steps": -2})", 2);
+    CHECK_MESSAGE(e.size() == 1, Dump(e));
+    CHECK_MESSAGE(Has(e, "gradient_accumulation_steps", "-2 has to be greater than 0"), Dump(e));
+    e = Errors(R"({"train_batch_size": -8, "train_micro_batch_size_per_gpu": 0})", 2);  // both, each on its key
+    CHECK_MESSAGE(Has(e, "train_batch_size", "Train batch size: -8"), Dump(e));
+    CHECK_MESSAGE(Has(e, "train_micro_batch_size_per_gpu", "Micro batch size per gpu: 0"), Dump(e));
+    // "auto" everywhere: both were given, so "needs to be provided" would be false
+    e = Errors(R"({"train_batch_size":"auto","train_micro_batch_size_per_gpu":"auto","gradient_accumulation_steps":"auto"})", 2);
+    CHECK_MESSAGE(e.size() == 1, Dump(e));
+    CHECK_MESSAGE(Has(e, "train_micro_batch_size_per_gpu", "are both \"auto\""), Dump(e));
+    CHECK_MESSAGE(!Has(e, "train_batch_size", "needs to be provided"), Dump(e));
+    e = Errors(R"({"train_batch_size":"auto","gradient_accumulation_steps":2})", 2);
+    CHECK_MESSAGE(Has(e, "train_batch_size", "train_batch_size is \"auto\""), Dump(e));
+    // derived and too small: on the written key, with the arithmetic
+    e = Errors(R"({"train_batch_size": 1})", 2);
+    CHECK_MESSAGE(Has(e, "train_batch_size", "Micro batch size per gpu: 0 has to be greater than 0"), Dump(e));
+    CHECK_MESSAGE(Has(e, "train_batch_size", "at least the world size 2"), Dump(e));
+    e = Errors(R"({"train_batch_size": 3, "gradient_accumulation_steps": 2})", 2);  // micro = (3//2)//2 = 0
+    CHECK_MESSAGE(Has(e, "train_batch_size", "gradient_accumulation_steps × world = 4"), Dump(e));
+    // an overflowing derivation names the key that was given
     CHECK(Has(Errors(R"({"train_micro_batch_size_per_gpu":4611686018427387904,"gradient_accumulation_steps":4})"),
-              "train_batch_size", "overflow"));
+              "train_micro_batch_size_per_gpu", "overflow"));
+    // a mismatch says which value was derived and how
+    e = Errors(R"({"train_batch_size":33,"train_micro_batch_size_per_gpu":16})", 2);
+    CHECK_MESSAGE(Has(e, "train_batch_size", "33 != 16 * 1 * 2 (gradient_accumulation_steps derived as"), Dump(e));
   }
 
   TEST_CASE("batch: world sizes 1..8 with odd ones") {
@@ -80,7 +113,7 @@ TEST_SUITE("unit") {
     REQUIRE(c.ProvenanceOf("train_batch_size") != nullptr);
     CHECK(c.ProvenanceOf("train_batch_size")->kind == rt::Provenance::Kind::kAuto);
     CHECK(c.ProvenanceOf("train_micro_batch_size_per_gpu")->kind == rt::Provenance::Kind::kFile);
-    CHECK(Has(Errors(R"({"train_batch_size":"auto"})"), "train_batch_size", "needs to be provided"));
+    CHECK(Has(Errors(R"({"train_batch_size":"auto"})"), "train_batch_size", "train_batch_size is \"auto\" but nothing to derive it from"));
   }
 
   TEST_CASE("batch: derived values carry their formula") {
