@@ -1,12 +1,13 @@
 # Registers every doctest test case of a test binary with CTest, labelled by its doctest suite
-# (unit, multiproc, slow, gpu). Runs at build time (POST_BUILD) as `cmake -P` with:
+# (unit, multiproc, slow, gpu, fault). Runs at build time (POST_BUILD) as `cmake -P` with:
 #   TEST_EXECUTABLE, CTEST_FILE (the include file to write), WORKING_DIR, TIMEOUT, ENV.
 # Unlike doctest's own discovery it survives any test name: ';' and ',' (CMake's and doctest's list
 # separators) become the single-character wildcard '?' in the filter. Each registered test must
 # report at least one test case run and passed, so a filter that matches nothing fails instead of
-# passing vacuously. A test case that prints "[zerorun-skip] <reason>" (e.g. MESSAGE) and returns is
-# reported by CTest as skipped, not passed. A test case outside the four suites is registered as a failing test.
-set(suites unit multiproc slow gpu)
+# passing vacuously. A test case that prints "[zerorun-skip] <reason>" (ZR_SKIP, tests/common/skip.h)
+# and returns is reported by CTest as skipped, not passed. A test case outside these suites is
+# registered as a failing test.
+set(suites unit multiproc slow gpu fault)
 
 function(list_cases out)
   execute_process(COMMAND "${TEST_EXECUTABLE}" --list-test-cases --no-version ${ARGN}
@@ -46,7 +47,7 @@ string(REPLACE ";" "," excluded "${suites}")
 list_cases(stray --test-suite-exclude=${excluded})
 if(stray)
   string(REPLACE ";" "\n  " pretty "${stray}")
-  string(APPEND script "add_test([==[${exe_name}.suites]==] ${CMAKE_COMMAND} -E echo [==[test cases outside the unit/multiproc/slow/gpu suites:\n  ${pretty}]==])\n"
+  string(APPEND script "add_test([==[${exe_name}.suites]==] ${CMAKE_COMMAND} -E echo [==[test cases outside the unit/multiproc/slow/gpu/fault suites:\n  ${pretty}]==])\n"
                        "set_tests_properties([==[${exe_name}.suites]==] PROPERTIES LABELS unit WILL_FAIL ON)\n")
 endif()
 file(WRITE "${CTEST_FILE}" "${script}")

@@ -314,9 +314,13 @@ std::string Communicator::DescribeStall(const OpDesc& op) {
     }
     std::istringstream is(it->second);
     uint64_t seq = 0;
-    std::string opname;
+    std::string opname, tag;
     double ms = 0;
-    is >> seq >> opname >> ms;
+    is >> seq >> opname >> ms >> tag;
+    if (tag == "left") {  // its communicator was destroyed cleanly (Monitor::Unregister)
+      missing.push_back(Format("{} (left the job: it finished cleanly after {} #{})", PeerName(r), opname, seq));
+      continue;
+    }
     const double age_s = (now - ms) / 1e3;
     const bool frozen = now - ms > stale_ms;
     any_frozen = any_frozen || frozen;
@@ -570,7 +574,8 @@ void Communicator::ExecutorLoop() {
           done = p.op.poll();
         } catch (const std::exception& e) {
           err = std::current_exception();
-          Abort(Format("{} failed: {}", p.work->what(), e.what()));
+          const std::string what = p.work->what();
+          Abort(std::string(e.what()).rfind(what, 0) == 0 ? std::string(e.what()) : Format("{} failed: {}", what, e.what()));
           done = true;
         }
         if (done) {

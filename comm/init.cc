@@ -120,6 +120,7 @@ void Barrier(Store& store, const char* what, int world, Millis timeout, const st
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back(Format("{}/{}", what, r));
     auto present = store.GetExisting(keys, Millis(5000));
+    if (static_cast<int>(present.size()) == world) return;  // the last one arrived just after the timeout
     std::string missing;
     int n = 0;
     for (int r = 0; r < world; ++r) {
@@ -127,10 +128,13 @@ void Barrier(Store& store, const char* what, int world, Millis timeout, const st
       if (++n <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
     if (n > 16) missing += Format(" and {} more", n - 16);
-    ZR_THROW(TimeoutError, "rendezvous at {}: rank(s) {} of {} did not {} within {} s (not started, failed or stuck "
-             "before comm::InitFromEnv, or frozen; ZERORUN_STORE_CONNECT_TIMEOUT sets this bound)",
+    std::vector<int> shown;
+    for (int r = 0; r < world && shown.size() < 16; ++r) {
+      if (!present.count(Format("{}/{}", what, r))) shown.push_back(r);
+    }
+    ZR_THROW(TimeoutError, "rendezvous at {}: rank(s) {} of {} did not {} within {} s (ZERORUN_STORE_CONNECT_TIMEOUT): {}",
              where, missing, world, std::string(what) == "joined" ? "join" : "finish connecting",
-             timeout.count() / 1000);
+             timeout.count() / 1000, DescribeRankLiveness(store, shown));
   }
 }
 
@@ -219,13 +223,18 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
   try {
     client = std::make_shared<TcpStore>(to);
   } catch (const CommError& e) {
-    ZR_THROW(CommError, "rank {} cannot join the rendezvous at {}: {}", rank, where, e.what());
+    const bool refused = std::string(e.what()).find("refused by the server") != std::string::npos;
+    ZR_THROW(CommError, "rank {} cannot join the rendezvous at {}{}: {}", rank, where,
+             refused || rank == 0 ? ""
+                                  : ", the store that rank 0 hosts (rank 0 not started, failed or stuck before "
+                                    "comm::InitFromEnv, frozen, or MASTER_ADDR/MASTER_PORT point elsewhere)",
+             e.what());
   }
   session->gen_store = std::make_shared<PrefixStore>(Format("gen{}", restart), client);
+  session->monitor = std::make_shared<Monitor>(*session->gen_store, rank, host);
   // Every rank is here before the backend exchanges addresses, so a missing one is named now.
   session->gen_store->Set(Format("joined/{}", rank), "1");
   Barrier(*session->gen_store, "joined", world, connect_timeout, where);
-  session->monitor = std::make_shared<Monitor>(*session->gen_store, rank, host);
 
   CommOptions co = options.comm;
   co.timeout = timeout;
@@ -240,10 +249,19 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
 #endif
     }
   } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {  // waiting for a peer's address: which one, and why
+      std::vector<int> others;
+      for (int r = 0; r < world && others.size() < 64; ++r) {
+        if (r != rank) others.push_back(r);
+      }
+      why += "; " + DescribeRankLiveness(*session->gen_store, others);
+    }
     if (session->monitor->abort_reason().empty() && !session->monitor->store_lost()) {
       session->monitor->AbortJob(Format("rank {} (host {}, pid {}) failed to set up the {} backend: {}", rank, host,
-                                        ::getpid(), backend, e.what()));
+                                        ::getpid(), backend, why));
     }
+    if (why.size() != std::string(e.what()).size()) throw TimeoutError(why);
     throw;
   }
   comm->AttachResource(session);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <sstream>
 
 #include "zerorun/comm/communicator.h"
@@ -31,7 +33,44 @@ std::pair<uint64_t, std::string> ParseBeat(const std::string& v) {
 }
 
 bool IsCollective(const std::string& op) { return op != "send" && op != "recv" && op != "none"; }
+
+double WallMs() {
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+constexpr double kFrozenAfterMs = 3000;  // six missed process heartbeats
 }  // namespace
+
+std::string DescribeRankLiveness(Store& gen_store, const std::vector<int>& ranks) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(Format("alive/{}", r));
+  std::map<std::string, std::string> beats;
+  try {
+    beats = gen_store.GetExisting(keys, Millis(2000));
+  } catch (const StoreUnresponsiveError&) {
+    return "the rendezvous store did not answer within 2 s: rank 0, which hosts it, is FROZEN or unreachable";
+  } catch (const Error& e) {
+    return Format("could not read heartbeats: {}", e.what());
+  }
+  std::string out;
+  const double now = WallMs();
+  for (int r : ranks) {
+    auto it = beats.find(Format("alive/{}", r));
+    std::string state;
+    if (it == beats.end()) {
+      state = "never connected to the store (not started, failed or stuck before comm::InitFromEnv, or frozen then)";
+    } else {
+      const double age_ms = now - std::atof(it->second.c_str());
+      state = age_ms > kFrozenAfterMs
+                  ? Format("FROZEN (no heartbeat for {} s, its store connection open: stopped, in a debugger, "
+                           "swapping)", static_cast<int64_t>(age_ms / 1e3))
+                  : std::string("alive (busy elsewhere?)");
+    }
+    out += Format("{}rank {}: {}", out.empty() ? "" : "; ", r, state);
+  }
+  return out;
+}
 
 Monitor::Monitor(Store& store, int rank, std::string host)
     : store_(store.Clone()), rank_(rank), host_(std::move(host)) {
@@ -45,7 +84,7 @@ Monitor::~Monitor() { Stop(); }
 void Monitor::Register(Communicator* comm) {
   auto group = std::make_shared<PrefixStore>(comm->name(), store_);
   try {  // the first heartbeat at once, so even a rank that stops right away has one
-    group->Set(Format("hb/{}", comm->rank()), comm->HeartbeatValue());
+    if (!store_lost_) group->Set(Format("hb/{}", comm->rank()), comm->HeartbeatValue());
   } catch (const Error& e) {
     ZR_WARN("heartbeat of group '{}': {}", comm->name(), e.what());
   }
@@ -59,14 +98,30 @@ void Monitor::Register(Communicator* comm) {
 }
 
 void Monitor::Unregister(Communicator* comm) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (comm->name() == "world") {
-    auto [seq, op] = ParseBeat(comm->HeartbeatValue());
-    world_final_op_ = Format("{} {}", seq, op);
+  std::lock_guard<std::mutex> write(write_mu_);
+  std::shared_ptr<Store> group;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (comm->name() == "world") {
+      auto [seq, op] = ParseBeat(comm->HeartbeatValue());
+      world_final_op_ = Format("{} {}", seq, op);
+    }
+    if (comm->aborted() && local_failure_reason_.empty()) local_failure_reason_ = comm->abort_reason();
+    for (const Entry& e : entries_) {
+      if (e.comm == comm) group = e.store;
+    }
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.comm == comm; }),
+                   entries_.end());
   }
-  if (comm->aborted() && local_failure_reason_.empty()) local_failure_reason_ = comm->abort_reason();
-  entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.comm == comm; }),
-                 entries_.end());
+  // A clean end: the last heartbeat says so, so a peer that times out waiting for this rank reads
+  // "left the job", not FROZEN.
+  if (group && !comm->aborted() && !store_lost_) {
+    try {
+      group->Set(Format("hb/{}", comm->rank()), comm->HeartbeatValue() + " left");
+    } catch (const Error& e) {
+      ZR_DEBUG("last heartbeat of group '{}': {}", comm->name(), e.what());
+    }
+  }
 }
 
 std::string Monitor::abort_reason() const {
@@ -86,6 +141,7 @@ std::string Monitor::world_final_op() const {
 
 std::string Monitor::StoreHostName() const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (store_host_ == "?") return "rank 0 (the rendezvous store host)";  // before the world group exists
   return Format("rank 0 (host {}, the rendezvous store host)", store_host_);
 }
 
@@ -141,6 +197,8 @@ void Monitor::Stop() {
 }
 
 void Monitor::Beat() {
+  store_->Set(Format("alive/{}", rank_), Format("{}", static_cast<int64_t>(WallMs())));
+  std::lock_guard<std::mutex> write(write_mu_);  // never after Unregister's last heartbeat
   std::vector<Entry> entries;
   {
     std::lock_guard<std::mutex> lock(mu_);

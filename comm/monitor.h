@@ -4,7 +4,8 @@
 //     its connection closes and the store server writes "rank R (host H, pid P) died ..." there;
 //   - watches that key, and when any rank's death (or a rank's explicit abort) appears, aborts every
 //     registered communicator with a CommError carrying the message, within about 100 ms;
-//   - publishes each registered group's heartbeat "<group>/hb/<rank>" = "<seq> <op> <unix_ms>" about
+//   - publishes this process's heartbeat "alive/<rank>" = "<unix_ms>" and each registered group's
+//     heartbeat "<group>/hb/<rank>" = "<seq> <op> <unix_ms>" about
 //     every 500 ms, which a timing-out rank reads to tell a FROZEN peer (connection open, no
 //     heartbeat) from one that is alive but did not arrive;
 //   - watches for ranks that left the job cleanly ("left/<rank>" = the world group's last op, written
@@ -28,6 +29,12 @@
 namespace zerorun::comm {
 
 class Communicator;
+
+// What the other ranks' process heartbeats ("alive/<rank>", written by their monitors every 0.5 s)
+// say about `ranks`, for a rendezvous or backend setup that timed out: "rank 1: FROZEN (no heartbeat
+// for 12 s)", "rank 2: never connected to the store", "rank 3: alive". Bounded (2 s) even when the
+// store does not answer.
+std::string DescribeRankLiveness(Store& gen_store, const std::vector<int>& ranks);
 
 class Monitor {
  public:
@@ -70,6 +77,7 @@ class Monitor {
   int rank_;
   std::string host_;
   mutable std::mutex mu_;
+  std::mutex write_mu_;  // orders group heartbeat writes (Beat) before Unregister's last one
   std::condition_variable cv_;
   struct Entry {
     Communicator* comm;
