@@ -1,7 +1,8 @@
 // The fault suite (CTest label `fault`): many short real jobs — `zerorun --num_procs 3 zr_fault_rank`
 // over UCX — in which one rank, chosen at random, is killed (SIGKILL), frozen briefly (SIGSTOP, then
 // SIGCONT before the comm timeout), frozen past the timeout, or returns early, at a random moment of
-// each phase: the rendezvous, every collective kind, point to point, the optimizer step, the model save.
+// each phase: the rendezvous, every collective kind, point to point, the optimizer step, the model save
+// (and, in two phases, frozen for 7 s under a 20 s timeout: longer than the store's reply grace).
 // Every outcome must be one of:
 //   - the job completes, with parameters and saved model bit-identical to a fault-free run;
 //   - every survivor that reports names the injured rank and the right cause (died / FROZEN / left /
@@ -44,6 +45,10 @@ constexpr int kWorld = 3;
 constexpr int kTimeoutS = 3;       // comm and connect timeout of the jobs (ZERORUN_COMM_TIMEOUT, ...)
 constexpr int kShortTimeoutS = 5;  // the same for the short-freeze jobs, which must ride out 1 s
 constexpr int kShortFreezeMs = 1000;
+// A freeze longer than the store's 5 s minimum reply grace, under a timeout longer than both: once
+// the case where both sides called the other dead (issue 13 item 2).
+constexpr int kLongFreezeMs = 7000;
+constexpr int kLongFreezeTimeoutS = 20;
 const std::vector<std::string> kPhases = {"rendezvous", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                           "reduce",     "barrier",    "send_recv",      "step",       "save"};
 
@@ -233,7 +238,7 @@ std::set<int> Blamed(const std::string& output, int injured, int* lines_naming) 
 struct Case {
   std::string phase;
   int rank = 0;
-  std::string action;  // kill, stop (short), stop-long, leave
+  std::string action;  // kill, stop (short), stop-7s, stop-long, leave
   int64_t delay_us = 0;
 };
 
@@ -252,14 +257,17 @@ int64_t MaxDelayUs(const std::string& phase) {
   return 10000;
 }
 
-std::vector<Case> Cases(const std::string& action, uint64_t salt) {
+std::vector<Case> Cases(const std::string& action, uint64_t salt, const std::vector<std::string>& phases) {
   std::mt19937_64 rng(Seed() * 1000003u + salt);
   std::vector<Case> out;
-  for (const std::string& phase : kPhases) {
+  for (const std::string& phase : phases) {
     Case c;
     c.phase = phase;
     c.action = action;
     c.rank = static_cast<int>(rng() % kWorld);
+    // 7 s freezes: the store host once (peers must wait for its answers), another rank once (it must
+    // read the answers that arrived while it was stopped)
+    if (action == "stop-7s") c.rank = out.empty() ? 0 : 1 + static_cast<int>(rng() % (kWorld - 1));
     c.delay_us = action == "leave" ? 0 : static_cast<int64_t>(rng() % static_cast<uint64_t>(MaxDelayUs(phase)));
     out.push_back(c);
   }
@@ -288,11 +296,13 @@ Baseline RunBaseline(const std::string& root) {
 void RunCase(const std::string& root, const Case& c, const Baseline& base, int index) {
   const std::string dir = Format("{}/{}-{}", root, c.action, index);
   fs::create_directories(dir);
-  const bool long_stop = c.action == "stop-long";
-  const int64_t resume_ms = long_stop ? (kTimeoutS + 4) * 1000 : kShortFreezeMs;
+  const int64_t resume_ms = c.action == "stop-long" ? (kTimeoutS + 4) * 1000
+                            : c.action == "stop-7s"  ? kLongFreezeMs
+                                                     : kShortFreezeMs;
+  const int timeout_s = c.action == "stop" ? kShortTimeoutS : c.action == "stop-7s" ? kLongFreezeTimeoutS : kTimeoutS;
   const std::string action = c.action == "kill" ? "kill" : c.action == "leave" ? "leave" : "stop";
   const std::string spec = Format("{}:{}:{}:{}:{}", c.phase, c.rank, action, c.delay_us, resume_ms);
-  Job job = RunJob(dir, {"--fault", spec}, c.action == "stop" ? kShortTimeoutS : kTimeoutS, 90);
+  Job job = RunJob(dir, {"--fault", spec}, timeout_s, 90);
   INFO(Describe(c));
   INFO("--fault " << spec);
   INFO("launcher exit code " << job.exit_code << "\n" << job.output);
@@ -318,7 +328,7 @@ void RunCase(const std::string& root, const Case& c, const Baseline& base, int i
               fired ? Format(", ended {} ms after the fault", job.end_ms - fault_ms).c_str() : "");
   std::fflush(stdout);
   CHECK_MESSAGE((blamed.empty() || blamed == std::set<int>{c.rank}), "a survivor blamed another rank");
-  if (c.action == "stop") {
+  if (c.action == "stop" || c.action == "stop-7s") {
     CHECK_MESSAGE(completed, "a freeze shorter than the timeout must not fail the job");
   } else if (!fired) {
     CHECK_MESSAGE(completed, "the job finished before the fault fired, so it must have completed");
@@ -340,7 +350,7 @@ void RunCase(const std::string& root, const Case& c, const Baseline& base, int i
   CheckNothingLeft(dir, job);
 }
 
-void RunAction(const std::string& action, uint64_t salt) {
+void RunAction(const std::string& action, uint64_t salt, std::vector<std::string> phases = kPhases) {
   // The jobs' files stay for inspection until the next run (not under /tmp: each job gets its own).
   const char* build = std::getenv("ZERORUN_TEST_BINARY_DIR");
   const std::string root = Format("{}/fault-runs/{}", build ? build : ".", action);
@@ -348,7 +358,7 @@ void RunAction(const std::string& action, uint64_t salt) {
   fs::create_directories(root);
   const Baseline base = RunBaseline(root);
   int i = 0;
-  for (const Case& c : Cases(action, salt)) {
+  for (const Case& c : Cases(action, salt, phases)) {
     std::printf("fault: %s\n", Describe(c).c_str());
     std::fflush(stdout);
     RunCase(root, c, base, i++);
@@ -363,6 +373,9 @@ TEST_CASE("fault: a rank SIGKILLed in any phase is named by the launcher (exit 1
 }
 TEST_CASE("fault: a rank frozen shorter than the timeout in any phase: the job completes, bit-identical") {
   RunAction("stop", 2);
+}
+TEST_CASE("fault: a rank frozen 7 s (past the store's 5 s reply grace, within a 20 s timeout) completes") {
+  RunAction("stop-7s", 5, {"all_reduce", "step"});
 }
 TEST_CASE("fault: a rank frozen past the timeout in any phase is named FROZEN by the survivors; nothing is left") {
   RunAction("stop-long", 3);
