@@ -7,14 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/skip.h"
+
 TEST_SUITE("multiproc") {
 
 TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fields as JSON") {
   const char* dir = std::getenv("ZERORUN_TEST_BINARY_DIR");
-  if (!dir) {
-    MESSAGE("ZERORUN_TEST_BINARY_DIR not set: skipped");
-    return;
-  }
+  if (!dir) ZR_TEST_SKIP("ZERORUN_TEST_BINARY_DIR is not set (run it through ctest)");
   for (const std::string op : {"allreduce", "reduce_scatter", "all_gather"}) {
     for (const std::string backend : {"ucx", "local"}) {
       std::string cmd = std::string(dir) + "/bin/zerorun-bench " + op + " --backend " + backend +

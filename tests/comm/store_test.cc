@@ -3,7 +3,11 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -89,7 +93,54 @@ void CheckSemantics(Store& s) {
   CHECK(s.NumKeys() >= 2);
   s.Wait({"a", "counter"}, Millis(100));
   CHECK_THROWS_AS(s.Set("", "v"), InvalidArgument);
+  // GetExisting: present keys with their values, absent ones left out, no waiting for them
+  Stopwatch sw;
+  auto got = s.GetExisting({"a", "absent", "counter"}, Millis(5000));
+  CHECK(got.size() == 2);
+  CHECK(got["a"] == std::string("x\0y", 3));
+  CHECK(got["counter"] == "3");
+  CHECK(s.GetExisting({"absent"}, Millis(5000)).empty());
+  CHECK(sw.ElapsedSeconds() < 2.0);
 }
+
+// A TCP server that completes the HELLO handshake and then never answers (a frozen store host).
+struct SilentServer {
+  int listen_fd = -1;
+  int port = 0;
+  std::vector<int> conns;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  SilentServer() {
+    listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(listen_fd, 16) == 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread = std::thread([this] {
+      while (!stop) {
+        pollfd p{listen_fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        int fd = ::accept(listen_fd, nullptr, nullptr);
+        if (fd < 0) continue;
+        char buf[8192];
+        ::recv(fd, buf, sizeof(buf), 0);  // the HELLO
+        std::string ok = proto::Writer(proto::kOk).Finish();
+        ::send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
+        conns.push_back(fd);  // then silence
+      }
+    });
+  }
+  ~SilentServer() {
+    stop = true;
+    thread.join();
+    for (int fd : conns) ::close(fd);
+    ::close(listen_fd);
+  }
+};
 
 }  // namespace
 
@@ -284,6 +335,105 @@ TEST_CASE("store: clients retry until the server starts") {
   }
 }
 
+TEST_CASE("store: a server that stops answering is StoreUnresponsiveError, after the client's grace, not a hang") {
+  SilentServer silent;
+  // Set waits one reply timeout (the store's timeout, 300 ms here)
+  auto c = Client(silent.port, kToken, Millis(300));
+  Stopwatch sw;
+  try {
+    c->Set("k", "v");
+    FAIL("no error from a silent server");
+  } catch (const StoreUnresponsiveError& e) {
+    std::string m = e.what();
+    CHECK(m.find("did not answer within 300 ms") != std::string::npos);
+    CHECK(m.find("rank 0") != std::string::npos);
+    CHECK(m.find(Format("127.0.0.1:{}", silent.port)) != std::string::npos);
+  }
+  CHECK(sw.ElapsedSeconds() < 3.0);
+  CHECK_THROWS_WITH_AS(c->Get("k", Millis(10)), doctest::Contains("lost earlier"), CommError);
+  // GetExisting is bounded by its own timeout even here
+  auto d = Client(silent.port, kToken, Millis(60000));
+  sw.Restart();
+  CHECK_THROWS_AS(d->GetExisting({"a", "b"}, Millis(300)), StoreUnresponsiveError);
+  CHECK(sw.ElapsedSeconds() < 3.0);
+}
+
+TEST_CASE("store: Interrupt() fails a call blocked on an unresponsive server promptly") {
+  SilentServer silent;
+  auto c = Client(silent.port, kToken, Millis(60000));  // would wait a minute for the reply
+  std::atomic<bool> comm_error{false}, unresponsive{false};
+  Stopwatch sw;
+  std::thread blocked([&] {
+    try {
+      c->Get("never", Millis(60000));
+    } catch (const StoreUnresponsiveError&) {
+      unresponsive = true;
+    } catch (const CommError&) {
+      comm_error = true;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  c->Interrupt();
+  blocked.join();
+  CHECK(comm_error.load());
+  CHECK_FALSE(unresponsive.load());
+  CHECK(sw.ElapsedSeconds() < 5.0);
+  CHECK_THROWS_WITH_AS(c->Set("x", "y"), doctest::Contains("shut down by this process"), CommError);
+}
+
+TEST_CASE("store: out of file descriptors, the server backs off instead of spinning, then serves the client") {
+  auto server = StartServer();
+  auto good = Client(server->port());
+  const std::string hello = proto::Writer(proto::kHello).U32(proto::kMagic).Str(kToken).Finish();
+  const int port = server->port();
+  // Exhaust this process's descriptors; then a client (a forked process, with descriptors of its
+  // own) knocks: the kernel queues it and accept4 fails with EMFILE until descriptors are free.
+  std::vector<int> hog;
+  for (;;) {
+    int fd = ::dup(0);
+    if (fd < 0) break;
+    hog.push_back(fd);
+  }
+  pid_t child = ::fork();
+  if (child == 0) {  // async-signal-safe calls only; its copy of the table needs a free slot
+    for (size_t i = 0; i < 4 && i < hog.size(); ++i) ::close(hog[i]);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) _exit(2);
+    ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    char hdr[5];
+    size_t got = 0;
+    while (got < sizeof(hdr)) {
+      ssize_t n = ::recv(fd, hdr + got, sizeof(hdr) - got, 0);
+      if (n <= 0) _exit(3);
+      got += static_cast<size_t>(n);
+    }
+    _exit(hdr[4] == proto::kOk ? 0 : 4);
+  }
+  REQUIRE(child > 0);
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  Stopwatch sw;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ::getrusage(RUSAGE_SELF, &after);
+  const double cpu_s = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) + (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+                       1e-6 * ((after.ru_utime.tv_usec - before.ru_utime.tv_usec) + (after.ru_stime.tv_usec - before.ru_stime.tv_usec));
+  const double wall_s = sw.ElapsedSeconds();
+  for (int fd : hog) ::close(fd);
+  INFO("server CPU " << cpu_s << " s in " << wall_s << " s");
+  CHECK(cpu_s < 0.3 * wall_s);  // a spinning accept loop burns a core
+  // Descriptors back: the queued client is accepted and answered, and the others never noticed.
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  good->Set("still", "served");
+  CHECK(good->Get("still") == "served");
+}
+
 TEST_CASE("store: on-disconnect keys record a client's death") {
   auto server = StartServer();
   auto watcher = Client(server->port());
@@ -305,6 +455,54 @@ TEST_CASE("store: on-disconnect keys record a client's death") {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(watcher->Get("dead") == "rank 3 (host h)");
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("multiproc") {
+
+TEST_CASE("store: a client stopped (SIGSTOP) past its reply deadline reads the reply that arrived instead of timing out") {
+  zerorun::test::MultiprocOptions o;
+  o.world_size = 2;
+  o.deadline_s = 60;
+  auto results = zerorun::test::RunMultiproc(o, [](int rank, int) {
+    const int port = std::atoi(std::getenv("MASTER_PORT"));
+    std::unique_ptr<StoreServer> server;
+    if (rank == 0) {
+      StoreServerOptions so;
+      so.host = "127.0.0.1";
+      so.port = port;
+      so.token = kToken;
+      server = std::make_unique<StoreServer>(so);
+    }
+    // every reply is due within 300 ms; each stop below lasts 600 ms
+    auto c = Client(port, kToken, Millis(300), Millis(10000));
+    if (rank == 1) {
+      c->Set("pid", std::to_string(::getpid()));
+      int64_t calls = 0;
+      try {
+        while (!c->Check({"done"})) {
+          c->Add("calls", 1);
+          ++calls;
+        }
+      } catch (const Error& e) {
+        FAIL_CHECK("after " << calls << " calls: " << std::string(e.what()));
+      }
+      c->Set("finished", std::to_string(calls));
+    } else {
+      const pid_t peer = static_cast<pid_t>(std::stoll(c->Get("pid", Millis(10000))));
+      std::mt19937 rng(11);
+      for (int i = 0; i < 6; ++i) {  // stop it at random moments of its calls
+        std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 80));
+        ::kill(peer, SIGSTOP);
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        ::kill(peer, SIGCONT);
+      }
+      c->Set("done", "1");
+      CHECK(std::stoll(c->Get("finished", Millis(10000))) > 0);
+    }
+  });
+  if (!zerorun::test::IsMultiprocChild()) CHECK(zerorun::test::AllSucceeded(results));
 }
 
 }  // TEST_SUITE

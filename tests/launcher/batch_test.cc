@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "tests/common/skip.h"
 #include "launcher_test_util.h"
 
 using namespace zrtest;
@@ -17,10 +18,7 @@ bool Have(const std::string& tool) { return std::system(("command -v " + tool + 
 
 TEST_SUITE("multiproc") {
 TEST_CASE("openmpi runner: ranks placed from OMPI_COMM_WORLD_*, failures propagate") {
-  if (!Have("mpirun")) {
-    MESSAGE("skipped: mpirun not installed (Debian package openmpi-bin)");
-    return;
-  }
+  if (!Have("mpirun")) ZR_TEST_SKIP_UNLESS_CI("mpirun not installed (Debian package openmpi-bin)");
   std::string dir = TempDir("mpi");
   RunResult r = Run({"--launcher", "openmpi", "--num_procs", "2", "--master_port", "29614", Probe(), "--out", dir, "x y"}, 60);
   INFO(r.output);
@@ -77,8 +75,7 @@ TEST_CASE("manual --node_rank: each node started by hand shares the token the us
 TEST_SUITE("slow") {
 TEST_CASE("slurm runner: a private one-node Slurm cluster (scripts/slurm-local.sh)") {
   if (geteuid() != 0 || !Have("slurmctld") || !Have("munged") || !Have("srun")) {
-    MESSAGE("skipped: needs root and the Debian packages slurm-wlm and munge (run scripts/slurm-local.sh by hand)");
-    return;
+    ZR_TEST_SKIP_UNLESS_CI("needs root and the Debian packages slurm-wlm and munge (run scripts/slurm-local.sh by hand)");
   }
   std::string cmd = std::string(ZR_SOURCE_DIR) + "/scripts/slurm-local.sh " + BinDir() + " 2>&1";
   std::string out;

@@ -1,9 +1,14 @@
 // Hostfile, include/exclude and range-list parsing: DeepSpeed's own test cases (reference §10.6,
 // cases 54-58 and 63) plus the error messages' contents.
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "zerorun/core/error.h"
 #include "zerorun/launcher/hostfile.h"
+#include "zerorun/launcher/options.h"
 
 using namespace zerorun::launcher;
 using zerorun::InvalidArgument;
@@ -84,6 +89,41 @@ TEST_CASE("hostfile: errors name the file and line (case 58)") {
   CHECK(error("worker-1 slots=2\nbad line\nworker-2 slots=2\n").find("hf:2:") == 0);
   CHECK(error("w slots=-1\n").find("hf:1:") == 0);
   CHECK(error("w slots=\n").find("hf:1:") == 0);
+}
+
+TEST_CASE("hostfile: slot counts are bounded; leading zeros are fine (issue 13 item 4)") {
+  auto error = [](const std::string& text) -> std::string {
+    try {
+      ParseHostfile(text, "hf");
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // each once crashed (bad_alloc), ran for 20 s, or said "expected 'HOSTNAME slots=N'"
+  for (const char* n : {"999999999", "99999999", "2147483647", "99999999999999999999999", "1025"}) {
+    INFO(n);
+    CHECK(error(std::string("node1 slots=") + n + "\n") ==
+          std::string("hf:1: host 'node1' slots=") + n + ": at most 1024 slots per host");
+  }
+  CHECK(ParseHostfile("node1 slots=1024\n", "hf")[0].slots.size() == 1024);
+  CHECK(ParseHostfile("node1 slots=0007\n", "hf")[0].slots.size() == 7);
+  CHECK(ParseHostfile("a slots=0\nb slots=1\n", "hf").size() == 2);  // slots=0: a host with nothing to run
+  // a huge line is quoted shortened, not echoed whole
+  std::string err = error(std::string(100000, 'x') + "\n");
+  CHECK(err.find("hf:1: bad hostfile line") == 0);
+  CHECK(err.size() < 400);
+}
+
+TEST_CASE("hostfile: a file too large to be a hostfile is refused before parsing") {
+  std::string path = "/tmp/zr_hostfile_big_" + std::to_string(getpid());
+  {
+    std::ofstream out(path);
+    std::string line = "host slots=1 " + std::string(1000, 'x') + "\n";
+    for (size_t n = 0; n <= kMaxHostfileBytes; n += line.size()) out << line;
+  }
+  CHECK_THROWS_WITH_AS(LoadHostfile(path), doctest::Contains("larger than 16 MiB"), InvalidArgument);
+  std::remove(path.c_str());
 }
 
 TEST_CASE("hostfile: an unreadable file is an IoError naming it") {

@@ -97,6 +97,26 @@ inline RunResult Run(const std::vector<std::string>& args, double timeout_s = 60
   return Finish(Start(args, env), timeout_s);
 }
 
+// Runs `/bin/sh -c cmd` (e.g. "ulimit -n 20 && exec zerorun ...") the same way.
+inline RunResult RunShell(const std::string& cmd, double timeout_s = 60) {
+  int p[2];
+  if (pipe(p) != 0) std::abort();
+  Running r;
+  r.start = std::chrono::steady_clock::now();
+  r.pid = fork();
+  if (r.pid == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    close(p[0]);
+    close(p[1]);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(p[1]);
+  r.fd = p[0];
+  return Finish(r, timeout_s);
+}
+
 // A fresh empty directory under /tmp.
 inline std::string TempDir(const std::string& tag) {
   std::string dir = "/tmp/zr_launcher_" + tag + "_" + std::to_string(getpid());

@@ -3,12 +3,16 @@
 // zerorun-train itself runs here too (3 ranks); the probe cases keep checking the contract.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <set>
 #include <thread>
 
+#include "tests/common/skip.h"
 #include "launcher_test_util.h"
 
 using namespace zrtest;
@@ -87,10 +91,7 @@ TEST_CASE("restart of a real job: a rank dies mid-job, the next generation rende
 
 TEST_CASE("local job: zerorun-train on 3 ranks through the launcher (--local_rank=N accepted)") {
   std::string train = BinDir() + "/zerorun-train";
-  if (!std::filesystem::exists(train)) {
-    MESSAGE("skipped: " << train << " is not built");
-    return;
-  }
+  if (!std::filesystem::exists(train)) ZR_TEST_SKIP_UNLESS_CI(train << " is not built");
   std::string dir = TempDir("train");
   std::string port = std::to_string(30000 + (getpid() + 13) % 20000);
   RunResult r = Run({"--num_procs", "3", "--master_port", port, train, "--steps", "4", "--n_layer", "1", "--d_model", "32",
@@ -98,9 +99,20 @@ TEST_CASE("local job: zerorun-train on 3 ranks through the launcher (--local_ran
                     180);
   INFO(r.output);
   CHECK(r.exit_code == 0);
+  // Every rank's summary: its rank, the world, the steps, and the same globally averaged final loss,
+  // which training brought below log(vocab) (4.16 for the default 64 tokens).
+  const std::string loss0 = JsonField(dir + "/s0.json", "final_loss");
+  REQUIRE_FALSE(loss0.empty());
+  CHECK(std::stod(loss0) > 0);
+  CHECK(std::stod(loss0) < 4.16);
   for (int rank = 0; rank < 3; ++rank) {
-    CHECK(JsonField(dir + "/s" + std::to_string(rank) + ".json", "world_size") == "3");
-    CHECK(JsonField(dir + "/s" + std::to_string(rank) + ".json", "steps") == "4");
+    const std::string s = dir + "/s" + std::to_string(rank) + ".json";
+    INFO(s);
+    CHECK(JsonField(s, "rank") == std::to_string(rank));
+    CHECK(JsonField(s, "world_size") == "3");
+    CHECK(JsonField(s, "steps") == "4");
+    CHECK(JsonField(s, "skipped_steps") == "0");
+    CHECK(JsonField(s, "final_loss") == loss0);
   }
   std::filesystem::remove_all(dir);
 }
@@ -228,10 +240,7 @@ TEST_CASE("--enable_each_rank_log: output goes to DIR/rank<r>.log; a failure sho
 }
 
 TEST_CASE("--bind_core_list: disjoint CPU sets and OMP_NUM_THREADS per rank") {
-  if (std::thread::hardware_concurrency() < 2) {
-    MESSAGE("skipped: needs 2 CPUs");
-    return;
-  }
+  if (std::thread::hardware_concurrency() < 2) ZR_TEST_SKIP_UNLESS_CI("needs 2 CPUs");
   std::string dir = TempDir("bind");
   RunResult r = Run({"--num_procs", "2", "--bind_core_list", "0-1", Probe(), "--out", dir}, 60, {"ZERORUN_LOG_LEVEL=info"});
   INFO(r.output);
@@ -265,6 +274,95 @@ TEST_CASE("bad input fails fast with a message naming the place; a missing progr
   CHECK(dry.exit_code == 0);
   CHECK(dry.output.find("ZERORUN_JOB_TOKEN='<hidden>'") != std::string::npos);
   CHECK(dry.output.find("RANK=1") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+TEST_CASE("no --master_port on one node: a free port, printed; two such jobs at once both rendezvous (issue 13 item 7)") {
+  std::string dir = TempDir("freeport");
+  std::string a = dir + "/a", b = dir + "/b";
+  std::filesystem::create_directories(a);
+  std::filesystem::create_directories(b);
+  const std::vector<std::string> info = {"ZERORUN_LOG_LEVEL=info"};  // the port line is an info line
+  Running ja = Start({"--num_procs", "2", BinDir() + "/zr_comm_probe", "--out", a}, info);
+  Running jb = Start({"--num_procs", "2", BinDir() + "/zr_comm_probe", "--out", b}, info);
+  RunResult ra = Finish(ja, 120), rb = Finish(jb, 120);
+  INFO(ra.output);
+  INFO(rb.output);
+  CHECK(ra.exit_code == 0);
+  CHECK(rb.exit_code == 0);
+  for (const std::string& d : {a, b}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      std::ifstream in(d + "/comm" + std::to_string(rank) + ".gen0.txt");
+      std::string line;
+      std::getline(in, line);
+      CHECK(line == "ok 2 3");
+    }
+  }
+  auto port_of = [](const std::string& out) {
+    size_t at = out.find("rendezvous on free port ");
+    return at == std::string::npos ? std::string() : out.substr(at + 24, out.find(' ', at + 24) - at - 24);
+  };
+  CHECK_FALSE(port_of(ra.output).empty());
+  CHECK(port_of(ra.output) != port_of(rb.output));
+  CHECK(port_of(ra.output) != "29500");
+  // the ranks got the port that was printed
+  std::string pd = dir + "/probe";
+  std::filesystem::create_directories(pd);
+  RunResult p = Run({"--num_procs", "1", Probe(), "--out", pd}, 60, info);
+  CHECK(ReadRecord(pd, 0).env["MASTER_PORT"] == port_of(p.output));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--master_port already in use: refused before any rank starts, naming the port") {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(fd, 4) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  std::string dir = TempDir("busyport");
+  RunResult r = Run({"--num_procs", "2", "--master_port", port, BinDir() + "/zr_comm_probe", "--out", dir}, 60);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("--master_port " + port + ": rank 0 could not host the rendezvous store") != std::string::npos);
+  CHECK(r.output.find("Address already in use") != std::string::npos);
+  CHECK(r.output.find("[rank") == std::string::npos);  // nothing started
+  close(fd);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a low open-file limit: a clear error naming the need and the limit, or raised when the hard limit allows") {
+  std::string dir = TempDir("nofile");
+  auto sh = [&](const std::string& ulimit) {
+    std::string cmd = ulimit + " && exec " + Zerorun() + " --num_procs 4 " + BinDir() + "/zr_comm_probe --out " + dir;
+    return RunShell(cmd, 60);
+  };
+  RunResult hard = sh("ulimit -n 20");  // soft and hard: cannot be raised
+  INFO(hard.output);
+  CHECK(hard.exit_code == 2);
+  CHECK(hard.output.find("rank 0 needs at least 47 open files for a 4-rank job") != std::string::npos);
+  CHECK(hard.output.find("ulimit -n is 20 (hard limit 20)") != std::string::npos);
+  CHECK(hard.output.find("[rank") == std::string::npos);
+  RunResult soft = sh("ulimit -Sn 16");  // the hard limit allows more: raised, and the job runs
+  INFO(soft.output);
+  CHECK(soft.exit_code == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a stopped rank is woken for the teardown (SIGCONT) and named in the report") {
+  std::string dir = TempDir("stopped");
+  // rank 1 stops itself (SIGSTOP); rank 0 fails a second later
+  RunResult r = Run({"--num_procs", "2", "--kill_grace", "20", Probe(), "--out", dir, "--stop_rank", "1", "--exit", "3",
+                     "--on_rank", "0", "--exit_after", "1"},
+                    60);
+  INFO(r.output);
+  CHECK(r.exit_code == 3);
+  CHECK(r.output.find("zerorun: rank 1 on") != std::string::npos);
+  CHECK(r.output.find("was stopped (SIGSTOP, job control or a debugger) when the job failed") != std::string::npos);
+  CHECK(r.output.find("sending SIGKILL") == std::string::npos);  // SIGTERM reached it: no 20 s grace spent
+  CHECK_FALSE(Alive(ReadRecord(dir, 1).pid));
   std::filesystem::remove_all(dir);
 }
 }

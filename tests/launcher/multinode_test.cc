@@ -2,7 +2,8 @@
 // sshd (scripts/netns-hosts.sh). A 2-node x 2-rank job runs through `--launcher ssh`; a failing rank
 // on node 1 and SIGTERM to the launcher must stop everything on both nodes. Skipped, with the reason,
 // where namespaces or sshd are unavailable (not root, no iproute2/openssh-server).
-// A real zr_comm_probe job and a real zerorun-train job run across the namespaces too.
+// A real zr_comm_probe job and a real zerorun-train job run across the namespaces too; pdsh has its
+// own test case. Each case sets up its own hosts.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <cstdio>
 
 #include "launcher_test_util.h"
+#include "tests/common/skip.h"
 
 using namespace zrtest;
 
@@ -60,10 +62,7 @@ struct FakeHosts {
 TEST_SUITE("multiproc") {
 TEST_CASE("multi-node over ssh in network namespaces: env contract, real jobs, failure teardown, SIGTERM") {
   FakeHosts hosts;
-  if (!hosts.ok) {
-    MESSAGE("skipped: " << hosts.why);
-    return;
-  }
+  if (!hosts.ok) ZR_TEST_SKIP_UNLESS_CI(hosts.why);
   std::ifstream hf(hosts.dir + "/hostfile");
   std::string first_host;
   hf >> first_host;
@@ -117,29 +116,6 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, real jobs, f
     CHECK(line == "ok 4 10");
   }
 
-  // 1c. The trainer itself: a 2-node x 2-rank data-parallel zerorun-train job over ssh; every rank
-  // finishes the same number of steps with the same (globally averaged) final loss.
-  std::string train = BinDir() + "/zerorun-train";
-  if (!std::filesystem::exists(train)) {
-    MESSAGE("zerorun-train part skipped: " << train << " is not built");
-  } else {
-    std::string sums = hosts.dir + "/train";
-    std::filesystem::create_directories(sums);
-    RunResult t = Run(hosts.Args({"--num_procs", "2", "--master_port", "29617", train, "--steps", "5", "--n_layer", "1",
-                                  "--d_model", "32", "--n_head", "2", "--seq_len", "16", "--summary", sums + "/s{rank}.json"}),
-                      180);
-    INFO(t.output);
-    CHECK(t.exit_code == 0);
-    std::string loss0 = JsonField(sums + "/s0.json", "final_loss");
-    CHECK(!loss0.empty());
-    for (int rank = 0; rank < 4; ++rank) {
-      std::string s = sums + "/s" + std::to_string(rank) + ".json";
-      CHECK(JsonField(s, "world_size") == "4");
-      CHECK(JsonField(s, "steps") == "5");
-      CHECK(JsonField(s, "final_loss") == loss0);
-    }
-  }
-
   // 2. Rank 3 (node 1) fails: exit code propagated, node 0's ranks stopped too, nothing left.
   std::string out2 = hosts.dir + "/out2";
   std::filesystem::create_directories(out2);
@@ -169,14 +145,50 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, real jobs, f
   CHECK(t.exit_code == 143);
   CHECK(ProcessesMatching(out3).empty());
 
-  // 4. pdsh (when installed): the same job, and a failure. The token travels as LC_ZERORUN_JOB_TOKEN
+  // 4. The preflight names the host that cannot be reached.
+  std::ofstream(hosts.dir + "/badhosts") << first_host << " slots=1\nno-such-host.invalid slots=1\n";
+  RunResult p = Run({"-H", hosts.dir + "/badhosts", "--launcher_args", "-F " + hosts.dir + "/ssh_config", Probe()}, 60);
+  CHECK(p.exit_code == 2);
+  CHECK(p.output.find("host 'no-such-host.invalid' (node 1)") != std::string::npos);
+  CHECK(p.output.find("host '" + first_host + "'") == std::string::npos);
+}
+
+TEST_CASE("multi-node over ssh in network namespaces: zerorun-train, 2 nodes x 2 ranks") {
+  // The trainer itself: a 2-node x 2-rank data-parallel zerorun-train job over ssh; every rank
+  // finishes the same number of steps with the same (globally averaged) final loss.
+  std::string train = BinDir() + "/zerorun-train";
+  if (!std::filesystem::exists(train)) ZR_TEST_SKIP_UNLESS_CI(train << " is not built");
+  FakeHosts hosts;
+  if (!hosts.ok) ZR_TEST_SKIP_UNLESS_CI(hosts.why);
+  {
+    std::string sums = hosts.dir + "/train";
+    std::filesystem::create_directories(sums);
+    RunResult t = Run(hosts.Args({"--num_procs", "2", "--master_port", "29617", train, "--steps", "5", "--n_layer", "1",
+                                  "--d_model", "32", "--n_head", "2", "--seq_len", "16", "--summary", sums + "/s{rank}.json"}),
+                      180);
+    INFO(t.output);
+    CHECK(t.exit_code == 0);
+    std::string loss0 = JsonField(sums + "/s0.json", "final_loss");
+    CHECK(!loss0.empty());
+    for (int rank = 0; rank < 4; ++rank) {
+      std::string s = sums + "/s" + std::to_string(rank) + ".json";
+      CHECK(JsonField(s, "world_size") == "4");
+      CHECK(JsonField(s, "steps") == "5");
+      CHECK(JsonField(s, "final_loss") == loss0);
+    }
+  }
+}
+
+TEST_CASE("multi-node through pdsh in network namespaces: env contract and a failing rank") {
+  // The same job through pdsh, and a failure. The token travels as LC_ZERORUN_JOB_TOKEN
   // (the fake sshds AcceptEnv LC_*). pdsh cannot close a remote agent's stdin, so remote ranks stop
   // through the agents' parent-death signal, shortly after the launcher returns: poll for that.
   int rc = 0;
   Shell("command -v pdsh", &rc);
-  if (rc != 0) {
-    MESSAGE("pdsh part skipped: pdsh is not installed (Debian package pdsh)");
-  } else {
+  if (rc != 0) ZR_TEST_SKIP_UNLESS_CI("pdsh is not installed (Debian package pdsh)");
+  FakeHosts hosts;
+  if (!hosts.ok) ZR_TEST_SKIP_UNLESS_CI(hosts.why);
+  {
     std::string pd = hosts.dir + "/pdsh";
     std::filesystem::create_directories(pd);
     std::vector<std::string> env = {"PDSH_SSH_ARGS_APPEND=-F " + hosts.dir + "/ssh_config"};
@@ -202,12 +214,5 @@ TEST_CASE("multi-node over ssh in network namespaces: env contract, real jobs, f
     }
     CHECK(gone);
   }
-
-  // 5. The preflight names the host that cannot be reached.
-  std::ofstream(hosts.dir + "/badhosts") << first_host << " slots=1\nno-such-host.invalid slots=1\n";
-  RunResult p = Run({"-H", hosts.dir + "/badhosts", "--launcher_args", "-F " + hosts.dir + "/ssh_config", Probe()}, 60);
-  CHECK(p.exit_code == 2);
-  CHECK(p.output.find("host 'no-such-host.invalid' (node 1)") != std::string::npos);
-  CHECK(p.output.find("host '" + first_host + "'") == std::string::npos);
 }
 }

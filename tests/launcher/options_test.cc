@@ -60,6 +60,41 @@ TEST_CASE("options: errors name the option") {
   CHECK_THROWS_AS(ParseArgs({"--dry_run=1", "p"}), InvalidArgument);
 }
 
+TEST_CASE("options: counts, ports and durations are bounded and name the option (issue 13 item 4)") {
+  auto error = [](std::vector<std::string> args) -> std::string {
+    args.push_back("prog");
+    try {
+      ParseArgs(args);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // once accepted silently (running one rank)
+  CHECK(error({"--num_procs", "0"}) == "--num_procs 0: ranks per node must be in [1, 1024]");
+  CHECK(error({"--num_procs", "-7"}) == "--num_procs -7: ranks per node must be in [1, 1024]");
+  CHECK(error({"--num_gpus", "-3"}) == "--num_gpus -3: GPUs per node must be in [1, 1024]");
+  CHECK(error({"--num-gpus=0"}).find("--num_gpus 0:") == 0);
+  CHECK(error({"--num_procs", "99999999999"}).find("must be in [1, 1024]") != std::string::npos);
+  CHECK(error({"--num_nodes", "0"}).find("--num_nodes 0:") == 0);
+  CHECK(error({"--node_rank", "-3"}).find("--node_rank -3:") == 0);
+  CHECK(error({"--master_port", "0"}) == "--master_port 0: a TCP port must be in [1, 65535]");
+  CHECK(error({"--master_port", "65536"}).find("[1, 65535]") != std::string::npos);
+  CHECK(error({"--ssh_port", "-22"}).find("--ssh_port -22:") == 0);
+  CHECK(error({"--max_restarts", "-1"}).find("--max_restarts -1:") == 0);
+  CHECK(error({"--tail_lines", "-5"}).find("--tail_lines -5:") == 0);
+  CHECK(error({"--restart_generation", "-1"}).find("--restart_generation -1:") == 0);
+  for (const char* g : {"inf", "nan", "-1", "1e9", "x"}) {
+    INFO(g);
+    CHECK(error({"--kill_grace", g}).find("--kill_grace: '") == 0);
+  }
+  CHECK(error({"--num_procs", "1024"}).empty());
+  CHECK(error({"--kill_grace", "0.5"}).empty());
+  LaunchOptions o = ParseArgs({"p"});
+  CHECK_FALSE(o.master_port_given);  // a one-node job then picks a free port
+  CHECK(ParseArgs({"--master_port", "29500", "p"}).master_port_given);
+}
+
 TEST_CASE("world: counts with include/exclude are refused (case 57)") {
   HostFacts none;
   for (auto args : std::vector<std::vector<std::string>>{{"--num_nodes", "1", "-i", "localhost", "foo"},

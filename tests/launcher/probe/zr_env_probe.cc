@@ -3,12 +3,15 @@
 // environment contract, failure propagation, teardown and restarts without the real trainer.
 //
 //   zr_env_probe [--local_rank=N] [--out DIR] [--exit CODE] [--on_rank R] [--on_generation G]
-//                [--sleep SEC] [--ignore_term] [--spawn_sleeper] [--signal SIG] [--print N] [anything]
+//                [--sleep SEC] [--ignore_term] [--spawn_sleeper] [--signal SIG] [--print N]
+//                [--stop_rank R] [--exit_after SEC] [anything]
 // --out DIR: writes DIR/rank<RANK>.gen<ZERORUN_RESTART>.txt ("arg <i> <value>" and "env K=V" lines,
 //   "cpus <list>" and "pid <pid>"), written atomically (temp file + rename).
 // --exit/--signal apply to rank R (--on_rank, default every rank) in generation G (default every).
 // --sleep SEC happens before exiting (and after misbehaving ranks are chosen); --ignore_term ignores
 // SIGTERM; --spawn_sleeper forks a grandchild that sleeps 300 s (its pid goes into the record).
+// --stop_rank R: rank R stops itself (SIGSTOP) after writing its record; --exit_after SEC: the chosen
+// rank waits SEC before failing with --exit.
 // Unknown arguments are ignored (and recorded), so arbitrary user arguments can be passed through.
 #include <sched.h>
 #include <signal.h>
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
   bool spawn_sleeper = false;
   int self_signal = 0;
   int print_lines = 0;
+  int stop_rank = -1;
+  double exit_after_s = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -43,6 +48,8 @@ int main(int argc, char** argv) {
     else if (a == "--spawn_sleeper") spawn_sleeper = true;
     else if (a == "--signal") self_signal = std::atoi(next().c_str());
     else if (a == "--print") print_lines = std::atoi(next().c_str());
+    else if (a == "--stop_rank") stop_rank = std::atoi(next().c_str());
+    else if (a == "--exit_after") exit_after_s = std::atof(next().c_str());
   }
   const char* rank_s = std::getenv("RANK");
   const char* gen_s = std::getenv("ZERORUN_RESTART");
@@ -83,12 +90,14 @@ int main(int argc, char** argv) {
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());
   }
+  if (rank == stop_rank) raise(SIGSTOP);
   bool chosen = (on_rank < 0 || on_rank == rank) && (on_generation < 0 || on_generation == generation);
   if (chosen && self_signal > 0) {
     std::fprintf(stderr, "probe rank %d raising signal %d\n", rank, self_signal);
     raise(self_signal);
   }
   if (chosen && exit_code != 0) {
+    if (exit_after_s > 0) usleep(static_cast<useconds_t>(exit_after_s * 1e6));
     std::fprintf(stderr, "probe rank %d failing with exit code %d\n", rank, exit_code);
     return exit_code;
   }
