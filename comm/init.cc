@@ -188,6 +188,10 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
   const int port = RequireEnvInt("MASTER_PORT", 1, 65535);
   const std::string token = Env("ZERORUN_JOB_TOKEN") ? Env("ZERORUN_JOB_TOKEN") : "";
   if (token.empty()) ZR_WARN("ZERORUN_JOB_TOKEN is not set: the rendezvous store accepts any local client");
+  if (token.size() > 4096) {  // it travels in the HELLO frame, which the server caps at 8 KiB
+    ZR_THROW(InvalidArgument, "environment variable ZERORUN_JOB_TOKEN is {} bytes (at most 4096; the launcher's are 64)",
+             token.size());
+  }
   const int restart = EnvInt("ZERORUN_RESTART", 0, 0, 1 << 30);
   const Millis timeout = options.comm.timeout.count() > 0 ? options.comm.timeout : DefaultCommTimeout();
   const Millis connect_timeout(static_cast<int64_t>(EnvInt("ZERORUN_STORE_CONNECT_TIMEOUT", 300, 1, 1 << 20)) * 1000);

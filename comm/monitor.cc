@@ -74,7 +74,8 @@ std::string DescribeRankLiveness(Store& gen_store, const std::vector<int>& ranks
 
 Monitor::Monitor(Store& store, int rank, std::string host)
     : store_(store.Clone()), rank_(rank), host_(std::move(host)) {
-  store_->SetOnDisconnect(kAbortKey, Format("rank {} (host {}, pid {}) died: its connection to the rendezvous store closed",
+  store_->SetOnDisconnect(kAbortKey, Format("rank {} (host {}, pid {}) died: its connection to the rendezvous store closed "
+                                            "(killed, crashed, or exited without shutting down its communicator)",
                                             rank_, host_, ::getpid()));
   thread_ = std::thread([this] { Run(); });
 }

@@ -201,7 +201,8 @@ void TcpStore::Connect() {
           r = ReadExact(fd, payload.data(), len, hd);
         }
         if (r != IoResult::kOk) {
-          last = "connection closed during the handshake";
+          last = r == IoResult::kTimeout ? "no answer to HELLO within 10 s (is something else listening on that port?)"
+                                         : "connection closed during the handshake";
           ::close(fd);
           continue;
         }

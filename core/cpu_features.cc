@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -53,6 +54,9 @@ Isa CapFromEnv() {
   if (env == nullptr) return Isa::kAvx512;
   if (std::strcmp(env, "scalar") == 0) return Isa::kScalar;
   if (std::strcmp(env, "avx2") == 0) return Isa::kAvx2;
+  if (std::strcmp(env, "avx512") != 0 && *env != '\0') {
+    std::fprintf(stderr, "zerorun: ignoring ZERORUN_ISA='%s' (use scalar|avx2|avx512)\n", env);
+  }
   return Isa::kAvx512;
 }
 

@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 
 #include <array>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -34,7 +36,16 @@ class CpuAllocator final : public Allocator {
  public:
   CpuAllocator() {
     const char* env = std::getenv("ZERORUN_HOST_CACHE_BYTES");
-    if (env != nullptr) cache_limit_ = std::strtoull(env, nullptr, 10);
+    if (env != nullptr && *env != '\0') {
+      char* end = nullptr;
+      errno = 0;
+      unsigned long long v = std::strtoull(env, &end, 10);
+      if (*end != '\0' || errno != 0 || env[0] == '-') {
+        std::fprintf(stderr, "zerorun: ignoring ZERORUN_HOST_CACHE_BYTES='%s' (expected a byte count)\n", env);
+      } else {
+        cache_limit_ = v;
+      }
+    }
   }
 
   void* Allocate(size_t bytes) override {

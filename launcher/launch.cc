@@ -433,9 +433,11 @@ int Launch(const LaunchOptions& in) {
       opts.master_port = PickFreePort();
       ZR_INFO("rendezvous on free port {} (no --master_port given)", opts.master_port);
     } else if (int err = 0; !opts.dry_run && !PortFree(opts.master_port, &err)) {
-      ZR_THROW(InvalidArgument, "--master_port {}: {}; another job or program listens there: choose another port, or "
-               "leave --master_port out to get a free one", opts.master_port,
-               ErrnoMessage("rank 0 could not host the rendezvous store", err));
+      ZR_THROW(InvalidArgument, "--master_port {}: {}; {}: choose another port, or leave --master_port out to get a "
+               "free one", opts.master_port, ErrnoMessage("rank 0 could not host the rendezvous store", err),
+               err == EADDRINUSE ? "another job or program listens there"
+               : err == EACCES   ? "ports below 1024 need privileges"
+                                 : "this machine refuses it");
     }
   }
   std::string pid_file;

@@ -126,13 +126,17 @@ EnvList ParseEnvFile(const std::string& text, const std::string& origin) {
     if (StartsWith(line, "export ")) line = Trim(line.substr(7));
     size_t eq = line.find('=');
     if (eq == std::string::npos) {
-      ZR_THROW(InvalidArgument, "{}:{}: expected KEY=VALUE, got '{}'", origin, line_no, line);
+      ZR_THROW(InvalidArgument, "{}:{}: expected KEY=VALUE, got '{}'", origin, line_no,
+               line.size() <= 200 ? line : line.substr(0, 200) + "...");
     }
     std::string key = Trim(line.substr(0, eq));
     std::string value = Trim(line.substr(eq + 1));
     bool key_ok = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
     for (char c : key) key_ok = key_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-    if (!key_ok) ZR_THROW(InvalidArgument, "{}:{}: '{}' is not a valid variable name", origin, line_no, key);
+    if (!key_ok) {
+      ZR_THROW(InvalidArgument, "{}:{}: '{}' is not a valid variable name", origin, line_no,
+               key.size() <= 200 ? key : key.substr(0, 200) + "...");
+    }
     if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front()) {
       value = value.substr(1, value.size() - 2);
     }

@@ -39,12 +39,19 @@ std::vector<int> ParseDeviceList(const std::string& text) {
   return ids;
 }
 
+// The whole of a small text file (a .zerorun_env); refuses anything over 1 MiB (not an env file:
+// /dev/zero, a binary) instead of reading it into memory.
 std::string ReadFile(const std::string& path, bool* ok) {
-  std::ifstream in(path);
+  constexpr size_t kMaxBytes = 1u << 20;
+  std::ifstream in(path, std::ios::binary);
   *ok = static_cast<bool>(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text;
+  char buf[65536];
+  while (*ok && (in.read(buf, sizeof buf) || in.gcount() > 0)) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxBytes) ZR_THROW(InvalidArgument, "{}: larger than 1 MiB: not an environment file", path);
+  }
+  return text;
 }
 
 }  // namespace
