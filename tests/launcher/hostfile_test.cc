@@ -14,6 +14,18 @@ using namespace zerorun::launcher;
 using zerorun::InvalidArgument;
 
 namespace {
+// The message ParseHostfile(text, "hf") throws, "" if it parses.
+std::string HostfileError(const std::string& text) {
+  try {
+    ParseHostfile(text, "hf");
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+namespace {
 Resources OneHost() { return {{"w0", {0, 1, 2, 3}}}; }
 Resources TwoHosts() { return {{"w0", {0, 1, 2, 3}}, {"w1", {0, 1, 2, 3}}}; }
 std::string ErrorOf(const Resources& pool, const std::string& inc, const std::string& exc) {
@@ -73,44 +85,28 @@ TEST_CASE("hostfile: comments, blank lines, IP hosts (case 58)") {
 }
 
 TEST_CASE("hostfile: errors name the file and line (case 58)") {
-  auto error = [](const std::string& text) -> std::string {
-    try {
-      ParseHostfile(text, "hf");
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "";
-  };
-  CHECK(error("worker-1 slots=2\nworker-1 slots=2\n") == "hf:2: host 'worker-1' is listed twice");
-  CHECK(error("this is bad slots=1\n").find("hf:1: bad hostfile line") == 0);
-  CHECK(error("missingslots\n").find("hf:1: bad hostfile line") == 0);
-  CHECK(error("").find("no entries") != std::string::npos);
-  CHECK(error("# only a comment\n\n").find("no entries") != std::string::npos);
-  CHECK(error("worker-1 slots=2\nbad line\nworker-2 slots=2\n").find("hf:2:") == 0);
-  CHECK(error("w slots=-1\n").find("hf:1:") == 0);
-  CHECK(error("w slots=\n").find("hf:1:") == 0);
+  CHECK(HostfileError("worker-1 slots=2\nworker-1 slots=2\n") == "hf:2: host 'worker-1' is listed twice");
+  CHECK(HostfileError("this is bad slots=1\n").find("hf:1: bad hostfile line") == 0);
+  CHECK(HostfileError("missingslots\n").find("hf:1: bad hostfile line") == 0);
+  CHECK(HostfileError("").find("no entries") != std::string::npos);
+  CHECK(HostfileError("# only a comment\n\n").find("no entries") != std::string::npos);
+  CHECK(HostfileError("worker-1 slots=2\nbad line\nworker-2 slots=2\n").find("hf:2:") == 0);
+  CHECK(HostfileError("w slots=-1\n").find("hf:1:") == 0);
+  CHECK(HostfileError("w slots=\n").find("hf:1:") == 0);
 }
 
 TEST_CASE("hostfile: slot counts are bounded; leading zeros are fine (issue 13 item 4)") {
-  auto error = [](const std::string& text) -> std::string {
-    try {
-      ParseHostfile(text, "hf");
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "";
-  };
   // each once crashed (bad_alloc), ran for 20 s, or said "expected 'HOSTNAME slots=N'"
   for (const char* n : {"999999999", "99999999", "2147483647", "99999999999999999999999", "1025"}) {
     INFO(n);
-    CHECK(error(std::string("node1 slots=") + n + "\n") ==
+    CHECK(HostfileError(std::string("node1 slots=") + n + "\n") ==
           std::string("hf:1: host 'node1' slots=") + n + ": at most 1024 slots per host");
   }
   CHECK(ParseHostfile("node1 slots=1024\n", "hf")[0].slots.size() == 1024);
   CHECK(ParseHostfile("node1 slots=0007\n", "hf")[0].slots.size() == 7);
   CHECK(ParseHostfile("a slots=0\nb slots=1\n", "hf").size() == 2);  // slots=0: a host with nothing to run
   // a huge line is quoted shortened, not echoed whole
-  std::string err = error(std::string(100000, 'x') + "\n");
+  std::string err = HostfileError(std::string(100000, 'x') + "\n");
   CHECK(err.find("hf:1: bad hostfile line") == 0);
   CHECK(err.size() < 400);
 }

@@ -41,7 +41,8 @@ struct Running {
   std::chrono::steady_clock::time_point start;
 };
 
-inline Running Start(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+// Starts `argv` (argv[0] a path) with `env` added, its stdout and stderr going to a pipe.
+inline Running StartArgv(std::vector<std::string> all, const std::vector<std::string>& env = {}) {
   int p[2];
   if (pipe(p) != 0) std::abort();
   Running r;
@@ -53,8 +54,6 @@ inline Running Start(const std::vector<std::string>& args, const std::vector<std
     dup2(p[1], 2);
     close(p[0]);
     close(p[1]);
-    std::vector<std::string> all = {Zerorun()};
-    all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -64,6 +63,13 @@ inline Running Start(const std::vector<std::string>& args, const std::vector<std
   close(p[1]);
   r.fd = p[0];
   return r;
+}
+
+// Starts the zerorun launcher with `args`.
+inline Running Start(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> all = {Zerorun()};
+  all.insert(all.end(), args.begin(), args.end());
+  return StartArgv(std::move(all), env);
 }
 
 // Collects output until the process exits (or `timeout_s`, then SIGKILL).
@@ -99,22 +105,7 @@ inline RunResult Run(const std::vector<std::string>& args, double timeout_s = 60
 
 // Runs `/bin/sh -c cmd` (e.g. "ulimit -n 20 && exec zerorun ...") the same way.
 inline RunResult RunShell(const std::string& cmd, double timeout_s = 60) {
-  int p[2];
-  if (pipe(p) != 0) std::abort();
-  Running r;
-  r.start = std::chrono::steady_clock::now();
-  r.pid = fork();
-  if (r.pid == 0) {
-    dup2(p[1], 1);
-    dup2(p[1], 2);
-    close(p[0]);
-    close(p[1]);
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(p[1]);
-  r.fd = p[0];
-  return Finish(r, timeout_s);
+  return Finish(StartArgv({"/bin/sh", "-c", cmd}), timeout_s);
 }
 
 // A fresh empty directory under /tmp.
