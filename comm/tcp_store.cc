@@ -267,6 +267,10 @@ TcpStore::Reply TcpStore::CallUntil(const std::string& request, const std::strin
   };
   IoResult r = WriteAll(fd_, request, deadline);
   if (r != IoResult::kOk) fail(r, "sending");
+  // The server gets the whole reply timeout from when the request left: a process stopped (SIGSTOP, a
+  // debugger, swapping) after its caller took the time but before sending would otherwise find the
+  // deadline gone before the server had even seen the request (seen in CI, once in ~20k calls).
+  deadline = std::max(deadline, NowSeconds() + std::chrono::duration<double>(shown_timeout).count());
   char hdr[4];
   r = ReadExact(fd_, hdr, 4, deadline);
   if (r != IoResult::kOk) fail(r, "waiting for the reply");
