@@ -130,6 +130,47 @@ bool PortFree(int port, int* err) {
 }
 
 // Runs node `k`'s ranks in this process's children.
+// UCX's shared-memory transport backs each segment with a file in /dev/shm that it unlinks once
+// created; a rank killed or stopped between the two (the fault suite caught one, frozen in its
+// rendezvous) leaves that file behind for good. The ranks of a node therefore get their own directory
+// (UCX_POSIX_DIR, unless the user set it), which the node's launcher removes when they have ended.
+class NodeShmDir {
+ public:
+  NodeShmDir(const EnvList& env, int generation) {
+    if (!Getenv("UCX_POSIX_DIR").empty()) return;
+    for (const auto& kv : env) {
+      if (kv.first == "UCX_POSIX_DIR") return;
+    }
+    std::string dir = Format("/dev/shm/zerorun-{}-g{}", getpid(), generation);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      ZR_WARN("{}: {}; UCX keeps its shared memory in /dev/shm", dir, ErrnoMessage("mkdir", errno));
+      return;
+    }
+    dir_ = dir;
+  }
+  ~NodeShmDir() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    size_t left = 0;
+    for (auto it = std::filesystem::directory_iterator(dir_, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      ++left;
+    }
+    std::filesystem::remove_all(dir_, ec);
+    if (left > 0) {
+      ZR_WARN("removed {} shared-memory file(s) the ranks left in {} (a rank killed or stopped while it set up UCX)",
+              left, dir_);
+    }
+    if (ec) ZR_WARN("could not remove {}: {}", dir_, ec.message());
+  }
+  NodeShmDir(const NodeShmDir&) = delete;
+  NodeShmDir& operator=(const NodeShmDir&) = delete;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
 JobOutcome RunNodeHere(const LaunchOptions& opts, const World& world, int k, const JobContext& job, int watch_fd) {
   const Node& node = world.nodes[static_cast<size_t>(k)];
   std::string host = node.host == "localhost" ? Hostname() : node.host;
@@ -157,6 +198,10 @@ JobOutcome RunNodeHere(const LaunchOptions& opts, const World& world, int k, con
       PrintDry(Format("node {} ({}) {}", k, host, s.name.substr(0, s.name.find(" on "))), s.env_set, s.argv);
     }
     return {};
+  }
+  NodeShmDir shm(specs.empty() ? EnvList{} : specs.front().env_set, job.restart_generation);
+  if (!shm.dir().empty()) {
+    for (ChildSpec& s : specs) EnvSet(&s.env_set, "UCX_POSIX_DIR", shm.dir());
   }
   SupervisorOptions so;
   so.kill_grace_s = opts.kill_grace_s;

@@ -156,6 +156,30 @@ TEST_CASE("failing rank: its exit code is the job's, the others are stopped, not
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("UCX's shared-memory files live in a per-node directory the launcher removes, even after kill -9") {
+  // Each rank leaves a file where UCX would put its segments and dies by SIGKILL before it could unlink it.
+  const std::string rank_cmd = "echo \"shm dir=$UCX_POSIX_DIR\"; : > \"$UCX_POSIX_DIR/ucx_shm_posix_$RANK\"; "
+                               "kill -9 $$";
+  RunResult r = Run({"--num_procs", "2", "--no_local_rank", "/bin/sh", "-c", rank_cmd}, 40);
+  INFO(r.output);
+  CHECK(r.exit_code == 137);
+  const size_t at = r.output.find("shm dir=/dev/shm/zerorun-");
+  REQUIRE(at != std::string::npos);
+  const std::string dir = r.output.substr(at + 8, r.output.find('\n', at) - at - 8);
+  CHECK_FALSE(std::filesystem::exists(dir));
+  CHECK(r.output.find(" shared-memory file(s) the ranks left in " + dir) != std::string::npos);  // 1 or 2: the
+  // first death stops the other rank, perhaps before it wrote its file
+  // A directory the user chose is theirs: passed through, never removed.
+  std::string mine = TempDir("ucxdir");
+  RunResult u = Run({"--num_procs", "1", "--no_local_rank", "/bin/sh", "-c", "echo \"shm dir=$UCX_POSIX_DIR\""}, 40,
+                    {"UCX_POSIX_DIR=" + mine});
+  INFO(u.output);
+  CHECK(u.exit_code == 0);
+  CHECK(u.output.find("shm dir=" + mine) != std::string::npos);
+  CHECK(std::filesystem::is_directory(mine));
+  std::filesystem::remove_all(mine);
+}
+
 TEST_CASE("rank killed by a signal: reported with the signal, exit code 128+signal") {
   std::string dir = TempDir("sig");
   RunResult r = Run({"--num_procs", "2", "--kill_grace", "1", Probe(), "--out", dir, "--signal", "9", "--on_rank", "0",
