@@ -7,7 +7,8 @@
 // is made by the group's executor thread while an op runs (no extra progress thread): collectives
 // spin on ucp_worker_progress, yielding the CPU when nothing moves.
 //
-// Algorithms (comm/ucx/ucx_algorithms.cc): pipelined ring reduce-scatter + all-gather for all-reduce
+// Ranks of a group that all run on one host go through shared memory instead (comm/shm/shm_group.h);
+// comm/select.h chooses, op by op. UCX algorithms (comm/ucx/ucx_algorithms.cc): pipelined ring reduce-scatter + all-gather for all-reduce
 // above ZERORUN_UCX_SMALL_BYTES (default 64 KiB), recursive doubling below it; ring reduce-scatter and
 // ring all-gather; binomial-tree broadcast and reduce. See docs/comm.md.
 #pragma once
@@ -32,6 +33,11 @@ struct UcxOptions {
   // default because it makes UCX 1.13 drop its shared-memory transports (the store's liveness keys
   // detect dead peers for every backend); ZERORUN_UCX_ERR_MODE=peer turns it on.
   bool peer_error_mode = false;
+  // Groups whose ranks all run on one host use the shared-memory transport (comm/shm/) for every
+  // collective (point-to-point stays on UCX). ZERORUN_SHM=0 turns it off.
+  bool shm = true;
+  // Bytes per shm slot (two per rank). 0: ZERORUN_SHM_SLOT_BYTES or 1 MiB; every rank must agree.
+  size_t shm_slot_bytes = 0;
 };
 
 // Creates rank `rank` of a `size`-rank UCX communicator. Collective over the ranks: each publishes
@@ -40,5 +46,9 @@ struct UcxOptions {
 std::unique_ptr<Communicator> CreateUcxCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                     const CommOptions& options, std::shared_ptr<Monitor> monitor,
                                                     const UcxOptions& ucx_options = {});
+
+// What the last op of `comm` ran ("rs_ag/pipelined/shm", comm/select.h); "" before the first op or
+// when `comm` is not a ucx communicator. ZERORUN_COMM_DEBUG=1 logs it for every op.
+const char* LastAlgorithm(const Communicator& comm);
 
 }  // namespace zerorun::comm

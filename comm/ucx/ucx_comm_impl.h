@@ -4,6 +4,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,8 @@
 
 #include "zerorun/comm/communicator.h"
 #include "zerorun/comm/monitor.h"
+#include "zerorun/comm/select.h"
+#include "zerorun/comm/shm/shm_group.h"
 #include "zerorun/comm/ucx/ucx_comm.h"
 
 namespace zerorun::comm::ucx {
@@ -85,6 +88,9 @@ class UcxCommunicator final : public Communicator {
   static void EpErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
   void Connect();
   void ExecuteP2P(OpDesc& op);
+  // Maps the group's shm segment when every member is on this host (after Connect).
+  void SetupShm();
+  void ExecuteShm(OpDesc& op, const Selection& sel);
 
   // ---- algorithms (ucx_algorithms.cc) ----
   enum class RingMode { kAllReduce, kReduceScatter, kAllGather };
@@ -113,6 +119,11 @@ class UcxCommunicator final : public Communicator {
   OpDesc* cur_ = nullptr;  // the op being executed (for byte accounting)
   int waiting_on_ = -1;    // peer of the oldest outstanding receive, for timeout messages
   Scratch work_, tmp_, acc_;
+  std::unique_ptr<shm::ShmGroup> shm_;
+  bool debug_ = false;  // ZERORUN_COMM_DEBUG
+
+ public:
+  std::atomic<const char*> last_algorithm_{""};
 };
 
 }  // namespace zerorun::comm::ucx

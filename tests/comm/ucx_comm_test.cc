@@ -70,6 +70,7 @@ MultiprocOptions Options(int n, const std::string& tls) {
   o.env["UCX_TLS"] = tls;
   o.env["ZERORUN_COMM_TIMEOUT"] = "30";
   o.env["ZERORUN_UCX_SEGMENT_BYTES"] = "16384";  // many segments even for test-sized buffers
+  o.env["ZERORUN_SHM"] = "0";  // the UCX algorithms (one host would otherwise select shm: shm_comm_test.cc)
   return o;
 }
 
