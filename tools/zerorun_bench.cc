@@ -34,6 +34,7 @@
 #include "zerorun/comm/communicator.h"
 #include "zerorun/comm/init.h"
 #include "zerorun/comm/local/local_comm.h"
+#include "zerorun/comm/ucx/ucx_comm.h"
 #include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
@@ -208,6 +209,7 @@ void Sweep(Communicator& comm, const Args& a) {
     Stopwatch sw;
     for (int i = 0; i < iters; ++i) run().Wait();
     double t = sw.ElapsedSeconds() / iters;
+    const std::string algorithm = LastAlgorithm(comm);  // what the timed op ran (comm/select.h)
     comm.AllReduce(&t, 1, DType::kF64, ReduceOp::kMax).Wait();  // the slowest rank's time
     bool ok = true;
     if (a.check && !dev.is_cpu()) CopyBytes(recv.data(), Device::CPU(), recv_ptr, dev, recv.size());
@@ -224,12 +226,13 @@ void Sweep(Communicator& comm, const Args& a) {
     if (comm.rank() == 0) {
       if (a.json) {
         std::printf("{\"op\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"size_bytes\": %zu, "
-                    "\"count\": %zu, \"iters\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f%s}\n",
+                    "\"count\": %zu, \"iters\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+                    "\"algorithm\": \"%s\"%s}\n",
                     OpTypeName(a.op), comm.backend_name().c_str(), n, DTypeName(a.dtype), bytes, per_rank, iters, t * 1e6,
-                    algbw, algbw * bus, a.check ? (ok ? ", \"check\": true" : ", \"check\": false") : "");
+                    algbw, algbw * bus, algorithm.c_str(), a.check ? (ok ? ", \"check\": true" : ", \"check\": false") : "");
       } else {
-        std::printf("  %12zu %12zu %10d %12.2f %12.3f %12.3f%s\n", bytes, per_rank, iters, t * 1e6, algbw, algbw * bus,
-                    a.check ? (ok ? "  ok" : "  WRONG") : "");
+        std::printf("  %12zu %12zu %10d %12.2f %12.3f %12.3f%s  %s\n", bytes, per_rank, iters, t * 1e6, algbw, algbw * bus,
+                    a.check ? (ok ? "  ok" : "  WRONG") : "", algorithm.c_str());
       }
       std::fflush(stdout);
     }

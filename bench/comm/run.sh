@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# All-reduce busbw of zerorun's ucx backend against OpenMPI's MPI_Allreduce, same sizes, same rank
-# counts, in the same run, interleaved (the host is shared and OpenMPI's 2-rank speed drifts).
-# Prints one line per (ranks, size) with both busbw figures and their ratio; the raw JSON lines go to
-# $OUT (default /tmp/zerorun-bench-comm.jsonl).
+# Host collectives of zerorun against OpenMPI, interleaved in one run (the host is shared and
+# OpenMPI's speed drifts over minutes), with the machine's memory bandwidth measured in the same run.
 #
-#   bench/comm/run.sh [build-dir] [rounds]
-# Needs: build-dir/bin/zerorun-bench (ninja zerorun_bench); installs openmpi-bin + libopenmpi-dev with
-# apt-get when mpicc is missing.
+# For each round, rank count (2, 4) and op (all_reduce, reduce_scatter, all_gather), one after the other:
+#   stream   STREAM-style copy, one thread per rank (at most the cores): aggregate read+write GB/s
+#   openmpi      MPI_* from Debian's OpenMPI with its defaults (ob1 + vader shared memory)
+#   openmpi-ucx  the same over UCX (--mca pml ucx)
+#   zerorun      zerorun-bench, backend ucx: ranks on one host take the shm transport (comm/shm/)
+#   zerorun-ucx  zerorun-bench with ZERORUN_SHM=0: the UCX algorithms (the path before the shm transport)
+# Sizes 4 KiB .. 64 MiB (x4). Prints per (ranks, op, size) the median busbw of each over the rounds (GB/s,
+# nccl-tests' definition), zerorun's ratio to each OpenMPI, and at >= 16 MiB zerorun's busbw as % of the
+# memory-bandwidth bound: the busbw an ideal shared-memory algorithm would reach if its DRAM traffic
+# ran at the measured copy bandwidth. Traffic per byte of payload S, all ranks together: all-reduce
+# (3n-1)S (each rank reads its chunk of every rank's input, writes its reduced chunk, copies the n-1
+# others), reduce-scatter (n+1)S, all-gather 2nS.
+#
+#   bench/comm/run.sh [build-dir] [rounds]        (wrap it: flock /work/bench.lock bench/comm/run.sh)
+# Raw JSON lines go to $OUT (default /tmp/zerorun-bench-comm.jsonl). Env: SIZES, RANKS, OPS override.
+# Needs build-dir/bin/zerorun-bench; installs openmpi-bin + libopenmpi-dev with apt-get when mpicc is missing.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../../build}"
@@ -21,16 +32,31 @@ if ! command -v mpirun >/dev/null || ! echo '#include <mpi.h>' | mpicc -x c -E -
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-mpicc -O2 -o "$tmp/mpi_allreduce" "$here/mpi_allreduce.c"
+mpicc -O2 -o "$tmp/mpi_collectives" "$here/mpi_collectives.c"
+cc -O2 -pthread -o "$tmp/stream_copy" "$here/stream_copy.c"
 
-sizes=(4096 65536 1048576 16777216 67108864)
+read -r -a sizes <<< "${SIZES:-4096 16384 65536 262144 1048576 4194304 16777216 67108864}"
+read -r -a ranks <<< "${RANKS:-2 4}"
+read -r -a ops <<< "${OPS:-all_reduce reduce_scatter all_gather}"
+cores=$(nproc)
+echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $cores cores; ISA: $(grep -o -w -E 'avx512f|avx512bw|avx512_bf16|avx2|fma|f16c|sse4_2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "# zerorun kernels: $("$bench" allreduce --backend local --nprocs 1 --min-bytes 4 --max-bytes 4 2>&1 | grep -i -m1 -E 'isa|kernel' || echo 'comm reductions: compiler-vectorised loops (comm/reduce.cc), baseline x86-64')"
+echo "# OpenMPI $(mpirun --version 2>/dev/null | head -1 | grep -o '[0-9.]*$'), UCX $(ucx_info -v 2>/dev/null | sed -n 's/.*version=\([0-9.]*\).*/\1/p' | head -1); host shared with other work: rounds interleaved, medians"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+lo=${sizes[0]}
+hi=${sizes[${#sizes[@]}-1]}
 : > "$out"
 for round in $(seq "$rounds"); do
-  for n in 2 4; do
-    for s in "${sizes[@]}"; do
-      mpirun -np "$n" "$tmp/mpi_allreduce" "$s" >> "$out" 2>/dev/null
-      "$bench" allreduce --nprocs "$n" --min-bytes "$s" --max-bytes "$s" --json >> "$out"
+  for n in "${ranks[@]}"; do
+    threads=$(( n < cores ? n : cores ))
+    "$tmp/stream_copy" "$threads" 5 | sed "s/}$/, \"ranks\": $n, \"round\": $round}/" >> "$out"
+    for op in "${ops[@]}"; do
+      mpirun -np "$n" "$tmp/mpi_collectives" --op "$op" "${sizes[@]}" >> "$out" 2>/dev/null || echo "# openmpi $n $op failed" >&2
+      mpirun -np "$n" --mca pml ucx --mca osc ucx "$tmp/mpi_collectives" --op "$op" --label openmpi-ucx "${sizes[@]}" >> "$out" 2>/dev/null \
+        || echo "# openmpi-ucx $n $op failed" >&2
+      "$bench" "$op" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json >> "$out"
+      ZERORUN_SHM=0 "$bench" "$op" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json \
+        | sed 's/"backend": "ucx"/"backend": "zerorun-ucx"/' >> "$out"
     done
   done
 done
@@ -38,12 +64,33 @@ done
 python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+stream = {}
 by = {}
+alg = {}
 for r in rows:
-    by.setdefault((r["ranks"], r["size_bytes"], r["backend"]), []).append(r["busbw_gbps"])
-print(f"{'ranks':>5} {'size':>10} {'openmpi busbw':>14} {'zerorun busbw':>14} {'ratio':>7}   (GB/s, median of rounds)")
-for (n, s, b) in sorted(k for k in by if k[2] == "openmpi"):
-    mpi = statistics.median(by[(n, s, "openmpi")])
-    zr = statistics.median(by.get((n, s, "ucx"), [float("nan")]))
-    print(f"{n:>5} {s:>10} {mpi:>14.3f} {zr:>14.3f} {zr / mpi if mpi else float('nan'):>7.2f}")
+    if r["op"] == "stream_copy":
+        stream.setdefault(r["ranks"], []).append(r["copy_gbps"])
+        continue
+    b = {"ucx": "zerorun"}.get(r["backend"], r["backend"])
+    by.setdefault((r["ranks"], r["op"], r["size_bytes"], b), []).append(r["busbw_gbps"])
+    if b == "zerorun" and r.get("algorithm"):
+        alg[(r["ranks"], r["op"], r["size_bytes"])] = r["algorithm"]
+med = lambda k: statistics.median(by[k]) if k in by else float("nan")
+def bound(op, n, copy):
+    if op == "all_reduce": return copy / (3 * n - 1) * 2 * (n - 1) / n
+    if op == "reduce_scatter": return copy / (n + 1) * (n - 1) / n
+    return copy / (2 * n) * (n - 1) / n
+for n in sorted(stream):
+    s = stream[n]
+    print(f"# stream copy, {n} ranks: median {statistics.median(s):.2f} GB/s (read+write; rounds: {', '.join(f'{x:.1f}' for x in s)})")
+keys = sorted({k[:3] for k in by}, key=lambda k: (k[1], k[0], k[2]))
+hdr = f"{'op':<15}{'ranks':>5}{'size':>10}{'openmpi':>9}{'ompi-ucx':>9}{'zerorun':>9}{'zr-ucx':>9}{'x ompi':>8}{'x o-ucx':>8}{'% bound':>8}  algorithm"
+print(hdr + "   (busbw GB/s, median of rounds)")
+for (n, op, s) in keys:
+    mpi, mpu, zr, zu = (med((n, op, s, b)) for b in ("openmpi", "openmpi-ucx", "zerorun", "zerorun-ucx"))
+    pct = ""
+    if s >= 16 << 20 and n in stream:
+        pct = f"{100 * zr / bound(op, n, statistics.median(stream[n])):.0f}%"
+    print(f"{op:<15}{n:>5}{s:>10}{mpi:>9.2f}{mpu:>9.2f}{zr:>9.2f}{zu:>9.2f}{zr / mpi if mpi else float('nan'):>8.2f}"
+          f"{zr / mpu if mpu else float('nan'):>8.2f}{pct:>8}  {alg.get((n, op, s), '')}")
 PY

@@ -176,10 +176,26 @@ void UcxCommunicator::Connect() {
   ZR_DEBUG("ucx group '{}' rank {}/{} connected", name(), rank(), size());
 }
 
+// This process's node for the shm decision: the host name and the network namespace (ranks in different
+// namespaces of one machine are separate nodes, as scripts/netns-hosts.sh simulates them).
+namespace {
+std::string NodeKey() {
+  char ns[128] = "";
+  ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+  if (n > 0) ns[n] = '\0';
+  return HostName() + "|" + ns;
+}
+}  // namespace
+
 void UcxCommunicator::SetupShm() {
   if (!ucx_.shm || size() < 2) return;
   for (const std::string& h : hosts()) {
     if (h != hosts()[0]) return;
+  }
+  const std::string mine = NodeKey();
+  group_store_->Set(Format("shm/node/{}", rank()), mine);
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank() && group_store_->Get(Format("shm/node/{}", p), timeout()) != mine) return;
   }
   // The name is derived from the job token (hashed: the token authenticates the store), the restart
   // generation and the group, plus rank 0's pid.
