@@ -68,6 +68,7 @@ std::string SummaryToJson(const TrainSummary& s) {
   w.Key("zero_stage"); w.Int(s.zero_stage);
   w.Key("dtype"); w.String(s.dtype.c_str());
   w.Key("backend"); w.String(s.backend.c_str());
+  w.Key("gemm"); w.String(s.gemm.c_str());
   w.Key("steps"); w.Int64(s.steps);
   w.Key("skipped_steps"); w.Int64(s.skipped_steps);
   w.Key("global_samples"); w.Int64(s.global_samples);

@@ -25,6 +25,7 @@ struct TrainSummary {
   int zero_stage = 0;
   std::string dtype = "fp32";           // fp32 | bf16 | fp16
   std::string backend = "local";        // communicator backend
+  std::string gemm;                     // the CPU GEMM backend, ISA and threads (kernels::GemmDescription)
   int64_t steps = 0;                    // global steps (including skipped)
   int64_t skipped_steps = 0;
   int64_t global_samples = 0;

@@ -18,6 +18,8 @@
 #include "zerorun/core/thread_pool.h"
 #include "zerorun/core/timer.h"
 #include "zerorun/examples/gpt/gpt.h"
+#include "zerorun/kernels/gemm_backend.h"
+#include "zerorun/kernels/ops.h"
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/data/dataset.h"
 #include "zerorun/runtime/data/markov.h"
@@ -240,6 +242,8 @@ int Run(const Args& args) {
   eo.init_seed = args.seed;  // the engine fills parameters (at stage 3 only this rank's shards)
   zr::runtime::Engine engine(model, cfg, comm, eo);
   if (rank == 0) {
+    ZR_INFO("gemm: {}", zr::kernels::GemmDescription());
+    if (std::string w = zr::kernels::GemmWarning(); !w.empty()) ZR_WARN("{}", w);
     ZR_INFO("model {} ({} parameters); data {}{}", gc.ToString(), engine.num_parameters(), dataset->description(),
             entropy_floor >= 0 ? zr::Format(" (entropy floor {} nats/token)", entropy_floor) : std::string());
     if (const auto* ac = engine.activation_checkpointer()) {
@@ -282,6 +286,7 @@ int Run(const Args& args) {
   summary.zero_stage = engine.zero_stage();
   summary.dtype = zr::DTypeName(engine.model_dtype());
   summary.backend = comm->backend_name();
+  summary.gemm = zr::kernels::GemmDescription();
   summary.steps = engine.global_steps();
   summary.skipped_steps = engine.skipped_steps();
   summary.global_samples = engine.global_samples();

@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "zerorun/comm/init.h"
+#include "zerorun/core/cpu_features.h"
 #include "zerorun/core/rng.h"
 #include "zerorun/core/thread_pool.h"
 #include "zerorun/examples/gpt/gpt.h"
+#include "zerorun/kernels/gemm_backend.h"
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/engine.h"
 
@@ -25,6 +27,23 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string CpuModel() {
+  std::string model = "unknown";
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      std::string l = line;
+      if (l.rfind("model name", 0) == 0 && l.find(':') != std::string::npos) {
+        model = l.substr(l.find(':') + 2);
+        if (!model.empty() && model.back() == '\n') model.pop_back();
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  return model;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -108,12 +127,24 @@ int main(int argc, char** argv) {
       total.push_back(Seconds(t0, t3));
     }
     const double med = Median(total);
+    // Model FLOPs per token trained (forward + backward = 3x forward), closed form: 6 per weight of
+    // every matmul (per layer 12 d^2: qkv 3, proj 1, fc 4, fc-proj 4; the LM head d V) plus attention's
+    // two T x T products, 4 T d per token and layer forward, halved for the causal mask, times 3.
+    const double d = static_cast<double>(gc.d_model), L = static_cast<double>(gc.n_layer);
+    const double matmul_weights = L * 12.0 * d * d + d * static_cast<double>(gc.vocab_size);
+    const double flops_per_token = 6.0 * matmul_weights + L * 6.0 * static_cast<double>(T) * d;
+    const double tokens_per_s = static_cast<double>(batch * T) / med;
+    std::printf("cpu: %s; zerorun isa %s; gemm: %s\n", CpuModel().c_str(), IsaName(ActiveIsa()).c_str(),
+                kernels::GemmDescription().c_str());
+    std::printf("model FLOPs/token %.4g (closed form); achieved %.2f GFLOP/s\n", flops_per_token,
+                flops_per_token * tokens_per_s * 1e-9);
     std::printf("zerorun %s, B=%lld, threads=%d, %lld params: %.1f ms/step (median of %d; forward %.1f, "
                 "backward %.1f, step %.1f), loss %.4f -> %.4f\n",
                 gc.ToString().c_str(), static_cast<long long>(batch), ThreadPool::Default().num_threads(),
                 static_cast<long long>(engine.num_parameters()), 1e3 * med, iters, 1e3 * Median(fwd),
                 1e3 * Median(bwd), 1e3 * Median(step), first_loss, last_loss);
-    std::printf("tokens_per_s %.1f\n", static_cast<double>(batch * T) / med);
+    std::printf("gflops %.3f\n", flops_per_token * tokens_per_s * 1e-9);
+    std::printf("tokens_per_s %.1f\n", tokens_per_s);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

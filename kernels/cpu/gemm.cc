@@ -1,20 +1,26 @@
-// CPU GEMM on OpenBLAS sgemm, threaded by the core pool.
+// CPU GEMM on oneDNN matmul primitives or OpenBLAS sgemm (ActiveGemmBackend), threaded by the core pool.
 //
-// Threading: OpenBLAS is set to one thread (once, at first use) and the core pool splits C into row
-// blocks (or column blocks when C is short and wide), one sgemm per block. That keeps a single pool
-// of threads in the process (OpenBLAS's own threads would oversubscribe the cores the pool already
-// uses), and lets several ranks-as-threads call GEMM concurrently.
-// 16-bit operands: B is converted to an fp32 copy once per call; each A row panel is converted by
-// the thread that owns it; a 16-bit C is computed into an fp32 panel (loaded first when beta != 0),
-// the bias added, and rounded once on the way out.
+// Threading: the library runs one thread per call (OpenBLAS set once, oneDNN's OpenMP held to one
+// thread per calling thread) and the core pool splits C into row blocks (or column blocks when C is
+// short and wide), one library call per block. That keeps a single pool of threads in the process
+// (the libraries' own threads would oversubscribe the cores the pool already uses, and spin between
+// calls), and lets several ranks-as-threads call GEMM concurrently.
+// Direct path (oneDNN; A and B of one dtype that oneDNN multiplies natively here: fp32 always, bf16
+// with AVX512-BF16 or AMX): each block is one matmul on the operands as stored, bias fused, C written
+// in its own dtype once.
+// Widened path (OpenBLAS, mixed dtypes, 16-bit without native support): B is converted to an fp32 copy
+// once per call; each A row panel is converted by the thread that owns it; a 16-bit C is computed into
+// an fp32 panel (loaded first when beta != 0), the bias added, and rounded once on the way out.
 #include <algorithm>
 
 #include "zerorun/core/thread_pool.h"
 #include "zerorun/kernels/access.h"
 #include "zerorun/kernels/cpu/blas.h"
 #include "zerorun/kernels/cpu/cpu.h"
+#include "zerorun/kernels/cpu/onednn.h"
 #include "zerorun/kernels/cpu/scratch.h"
 #include "zerorun/kernels/cpu/vec.h"
+#include "zerorun/kernels/gemm_backend.h"
 
 namespace zerorun::kernels::cpu {
 namespace {
@@ -90,8 +96,45 @@ void GemmBlock(const GemmParams& p, const float* a, int64_t lda, const float* b,
   }
 }
 
+// Whether Gemm takes the direct path (see the top of this file).
+bool Direct(const GemmParams& p) {
+  if (ActiveGemmBackend() != GemmBackend::kOnednn || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.a_type != p.b_type) {
+    return false;
+  }
+  if (p.bias != nullptr && p.alpha != 1.0f) return false;  // oneDNN would scale the bias too
+  return p.a_type == DType::kF32 || OnednnNative16(p.a_type);
+}
+
+// Rows [i0, i1) x columns [j0, j1) of one item on the direct path; `a`, `b`, `c` are the item's. When
+// oneDNN turns the block down (no fast implementation for these strides), the block is widened.
+void DirectBlock(const GemmParams& p, const void* a, const void* b, void* c, const float* bias32, int64_t i0,
+                 int64_t i1, int64_t j0, int64_t j1) {
+  GemmParams q = p;
+  q.batch = 1;
+  q.m = i1 - i0;
+  q.n = j1 - j0;
+  q.a = At(a, p.a_type, p.trans_a == Trans::kN ? i0 * p.lda : i0);
+  q.b = At(b, p.b_type, p.trans_b == Trans::kN ? j0 : j0 * p.ldb);
+  q.c = At(c, p.c_type, i0 * p.ldc + j0);
+  if (OnednnGemm(q, bias32 != nullptr ? bias32 + j0 : nullptr)) return;
+  int64_t b_rows = p.trans_b == Trans::kN ? p.k : p.n;
+  int64_t b_cols = p.trans_b == Trans::kN ? p.n : p.k;
+  const float* b32 = static_cast<const float*>(b);
+  int64_t ldb = p.ldb;
+  if (p.b_type != DType::kF32) {
+    float* s = Scratch(kScratchD, static_cast<size_t>(b_rows * b_cols));
+    for (int64_t r = 0; r < b_rows; ++r) LoadRow(b, p.b_type, r * p.ldb, s + r * b_cols, b_cols);
+    b32 = s;
+    ldb = b_cols;
+  }
+  GemmParams w = p;
+  w.a = a;
+  GemmBlock(w, static_cast<const float*>(a), p.lda, b32, ldb, c, bias32, i0, i1, j0, j1);
+}
+
 void Gemm(const GemmParams& p) {
   EnsureBlasSingleThreaded();
+  const bool direct = Direct(p);
   // Shared fp32 copies (caller's thread_local scratch, read by every chunk).
   int64_t b_rows = p.trans_b == Trans::kN ? p.k : p.n;
   int64_t b_cols = p.trans_b == Trans::kN ? p.n : p.k;
@@ -106,6 +149,11 @@ void Gemm(const GemmParams& p) {
     // Many small products (e.g. attention heads): whole items per chunk, each on one thread.
     ParallelFor(0, p.batch, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t bi = i0; bi < i1; ++bi) {
+        if (direct) {
+          DirectBlock(p, At(p.a, p.a_type, bi * p.stride_a), At(p.b, p.b_type, bi * p.stride_b),
+                      At(p.c, p.c_type, bi * p.stride_c), bias32, 0, p.m, 0, p.n);
+          continue;
+        }
         GemmParams q = p;
         q.a = At(p.a, p.a_type, bi * p.stride_a);
         const void* b_raw = At(p.b, p.b_type, bi * p.stride_b);
@@ -129,7 +177,7 @@ void Gemm(const GemmParams& p) {
     void* c = At(p.c, p.c_type, bi * p.stride_c);
     const float* b32 = static_cast<const float*>(b_raw);
     int64_t ldb = p.ldb;
-    if (p.b_type != DType::kF32) {
+    if (p.b_type != DType::kF32 && !direct) {
       float* s = Scratch(kShared1, static_cast<size_t>(b_rows * b_cols));
       ConvertMatrix(b_raw, p.b_type, b_rows, b_cols, p.ldb, s);
       b32 = s;
@@ -145,7 +193,13 @@ void Gemm(const GemmParams& p) {
     int64_t grain = std::max<int64_t>({split_rows ? 8 : 64, (extent + threads - 1) / threads,
                                        static_cast<int64_t>(kMinFlopsPerChunk / (flops / static_cast<double>(extent)))});
     ParallelFor(0, extent, grain, [&](int64_t b, int64_t e) {
-      if (split_rows) {
+      if (direct) {
+        if (split_rows) {
+          DirectBlock(p, a_raw, b_raw, c, bias32, b, e, 0, p.n);
+        } else {
+          DirectBlock(p, a_raw, b_raw, c, bias32, 0, p.m, b, e);
+        }
+      } else if (split_rows) {
         GemmBlock(q, a32, p.lda, b32, ldb, c, bias32, b, e, 0, p.n);
       } else {
         GemmBlock(q, a32, p.lda, b32, ldb, c, bias32, 0, p.m, b, e);

@@ -168,6 +168,8 @@ TEST_CASE("zerorun-train under the launcher: 2 ranks x micro 4 over UCX equal 1 
   std::vector<double> b = Losses(r0);
   CHECK(Losses(r1) == b);  // every rank reports the global mean loss
   CHECK(std::string(r0["backend"].GetString()) == "ucx");
+  CHECK(std::string(r0["gemm"].GetString()).find(" thread") != std::string::npos);  // backend, ISA, threads
+  CHECK(two.output.find("gemm: ") != std::string::npos);
   CHECK(r0["world_size"].GetInt() == 2);
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-4 * std::fabs(a[i]));
