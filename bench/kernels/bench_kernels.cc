@@ -1,7 +1,7 @@
 // CPU kernel throughput. GEMM is timed beside OpenBLAS's cblas_sgemm called directly (with OpenBLAS's
 // own threads) in the same run and printed as a ratio; the layer kernels print time per call and
 // throughput for the GPT-bench shapes (B 8, T 128, C 256, NH 4, V 256) in fp32, bf16 and fp16.
-// Usage: zr_bench_kernels [--threads 1,2] [--reps N] [--only gemm|attn|norm|act|ce] [--cpu-time]
+// Usage: zr_bench_kernels [--threads 1,2] [--reps N] [--only peak|gemm|attn|norm|act|ce] [--cpu-time]
 // --cpu-time measures process CPU time (sum over threads): use it with --threads 1 on a busy host.
 #include <cblas.h>
 #include <dlfcn.h>
@@ -378,7 +378,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--cpu-time") g_cpu_time = true;
     else {
-      std::fprintf(stderr, "usage: zr_bench_kernels [--threads 1,2] [--reps N] [--only gemm|attn|norm|act|ce] [--cpu-time]\n");
+      std::fprintf(stderr, "usage: zr_bench_kernels [--threads 1,2] [--reps N] [--only peak|gemm|attn|norm|act|ce] [--cpu-time]\n");
       return 2;
     }
   }
@@ -426,6 +426,7 @@ int main(int argc, char** argv) {
   while (std::getline(ss, tok, ',')) {
     int th = std::atoi(tok.c_str());
     zerorun::ThreadPool::SetDefaultThreads(th);
+    if (only == "peak") MeasurePeaks(th);
     if (only.empty() || only == "gemm") BenchGemm(th);
     if (only.empty() || only == "attn") BenchAttention(th);
     if (only.empty() || only == "norm") BenchNorm(th);

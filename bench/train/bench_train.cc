@@ -127,15 +127,16 @@ int main(int argc, char** argv) {
       total.push_back(Seconds(t0, t3));
     }
     const double med = Median(total);
-    // Model FLOPs per token trained (forward + backward = 3x forward), closed form: 6 per weight of
-    // every matmul (per layer 12 d^2: qkv 3, proj 1, fc 4, fc-proj 4; the LM head d V) plus attention's
-    // two T x T products, 4 T d per token and layer forward, halved for the causal mask, times 3.
+    // Model FLOPs per token trained, PaLM's closed form (appendix B) as bench_gpt_kernels uses it:
+    // 6 N + 12 L d T, N = parameters without the position embedding (forward + backward of every
+    // weight's product; attention's two T x T products counted without the causal half).
     const double d = static_cast<double>(gc.d_model), L = static_cast<double>(gc.n_layer);
-    const double matmul_weights = L * 12.0 * d * d + d * static_cast<double>(gc.vocab_size);
-    const double flops_per_token = 6.0 * matmul_weights + L * 6.0 * static_cast<double>(T) * d;
+    const double n_weights = static_cast<double>(engine.num_parameters()) - static_cast<double>(gc.seq_len) * d;
+    const double flops_per_token = 6.0 * n_weights + 12.0 * L * d * static_cast<double>(T);
     const double tokens_per_s = static_cast<double>(batch * T) / med;
     std::printf("cpu: %s; zerorun isa %s; gemm: %s\n", CpuModel().c_str(), IsaName(ActiveIsa()).c_str(),
                 kernels::GemmDescription().c_str());
+    if (std::string w = kernels::GemmWarning(); !w.empty()) std::printf("warning: %s\n", w.c_str());
     std::printf("model FLOPs/token %.4g (closed form); achieved %.2f GFLOP/s\n", flops_per_token,
                 flops_per_token * tokens_per_s * 1e-9);
     std::printf("zerorun %s, B=%lld, threads=%d, %lld params: %.1f ms/step (median of %d; forward %.1f, "

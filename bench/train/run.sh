@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # Training tokens/s (forward + backward + AdamW step) of the benchmark GPT (4 layers, d 256, 4 heads,
 # T 128, V 256, batch 8): zerorun's engine (bench_train, ZeRO stage 0 on one rank) beside PyTorch
-# running the same model with torch.optim.AdamW (bench/gpt/torch_gpt.py --train), fp32 and bf16, the
-# same thread count, interleaved in one run (this host is shared: compare ratios within one run).
+# running the same model with torch.optim.AdamW (bench/gpt/torch_gpt.py --train), fp32 and bf16, at
+# each thread count, interleaved in one run (this host is shared: compare ratios within one run).
+# Both sides time warm steps (--warmup 2, median of --iters).
 # bf16: zerorun keeps bf16 weights with fp32 master/optimizer state; torch runs fp32 weights under
-# torch.autocast('cpu', torch.bfloat16), as users do. Installs Debian's python3-torch and
-# libopenblas0-openmp when missing (without the latter torch falls back to the reference BLAS).
+# torch.autocast('cpu', torch.bfloat16), as users do (its bf16 GEMMs run on oneDNN).
+# Torch's fp32 GEMMs run on OpenBLAS, which reads OPENBLAS_CORETYPE when it loads: both sides get the
+# core type this CPU should have (Cooperlake with AVX512-BF16, SkylakeX with AVX-512, else Haswell),
+# whatever the environment had (printed); zerorun's GEMMs run on oneDNN unless ZERORUN_GEMM says so.
 # torch runs twice: as users run it (libgomp's default spin-waiting) and with OMP_WAIT_POLICY=passive;
-# on a loaded host the spinning threads of the first lose their core and torch slows down several-fold,
-# so the second is the fairer baseline there (zerorun's thread pool sleeps when idle).
-#   bench/train/run.sh [build-dir] [threads] [reps]     (needs: ninja -C build bench_train)
+# on a loaded host the spinning threads of the first lose their core, so the better of the two is the
+# baseline the ratio uses (zerorun's thread pool sleeps when idle).
+# MFU: FLOPs per token from the closed form (bench_train: 6 N + 12 L d T, PaLM's) times tokens/s,
+# over this machine's measured peak (zr_bench_kernels --only peak: fp32 FMA, bf16 dot-product).
+# Installs Debian's python3-torch and libopenblas0-openmp when missing.
+#   bench/train/run.sh [build-dir] [threads: "1 2"] [reps]   (needs: ninja -C build bench_train zr_bench_kernels)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 cores=$(nproc --all)
-threads=${2:-$cores}
+thread_list=${2:-"1 $cores"}
 reps=${3:-3}
 bench=$build/bin/bench_train
-[[ -x $bench ]] || { echo "run.sh: $bench not found; build the bench_train target first" >&2; exit 1; }
+kbench=$build/bin/zr_bench_kernels
+for b in "$bench" "$kbench"; do
+  [[ -x $b ]] || { echo "run.sh: $b not found; build the bench_train and zr_bench_kernels targets first" >&2; exit 1; }
+done
 
 need=()
 /usr/bin/python3 -c "import torch" 2>/dev/null || need+=(python3-torch)
@@ -28,38 +37,67 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads ZERORUN_NUM_THREADS=$threads
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+if [[ $flags == *avx512_bf16* ]]; then core=Cooperlake
+elif [[ $flags == *avx512f* ]]; then core=SkylakeX
+else core=Haswell; fi
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); isa flags:" \
+     "$(grep -o -w 'avx2\|avx512f\|avx512_bf16\|avx512_fp16\|amx_bf16' <<<"$flags" | sort -u | tr '\n' ' ')"
+echo "OPENBLAS_CORETYPE in the environment: ${OPENBLAS_CORETYPE:-unset}; both sides run with OPENBLAS_CORETYPE=$core"
+export OPENBLAS_CORETYPE=$core
+torch_ver=$(/usr/bin/python3 -c "import torch; print(torch.__version__)")
+echo "torch $torch_ver: fp32 GEMMs on OpenBLAS $core, bf16 (autocast) GEMMs on oneDNN"
+
 dims=(--layers 4 --dim 256 --heads 4 --seq 128 --vocab 256 --batch 8)
 tps() { awk '/^tokens_per_s/ {print $2}'; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}'; }
 
-declare -A res
+declare -A res peak
+fpt=""
+for threads in $thread_list; do
+  out=$("$kbench" --only peak --threads "$threads" 2>/dev/null | grep '^peak')
+  echo "  $out" >&2
+  peak[fp32_$threads]=$(sed -n 's/.*fp32 FMA \([0-9.]*\) GFLOP.*/\1/p' <<<"$out")
+  peak[bf16_$threads]=$(sed -n 's/.*bf16 dot-product \([0-9.]*\) GFLOP.*/\1/p' <<<"$out")
+  [[ -n ${peak[bf16_$threads]} ]] || peak[bf16_$threads]=${peak[fp32_$threads]}
+done
 for ((r = 1; r <= reps; r++)); do
-  for dt in fp32 bf16; do
-    out=$("$bench" --dtype "$dt" --threads "$threads" --iters 3 --warmup 1 "${dims[@]}" 2>/dev/null)
-    echo "  rep $r: ${out%%$'\n'*}" >&2
-    res[zr_$dt]+="$(tps <<<"$out") "
-    # torch bf16 on a CPU without bf16 arithmetic is many times slower than fp32: one timed step, no
-    # warm-up (a step takes seconds; its first-step overheads are lost in that).
-    it=(--iters 3 --warmup 1); [[ $dt == bf16 ]] && it=(--iters 1 --warmup 0)
-    for wait in default passive; do
-      env=(); [[ $wait == passive ]] && env=(OMP_WAIT_POLICY=passive)
-      out=$(env "${env[@]}" /usr/bin/python3 "$here/../gpt/torch_gpt.py" --train --dtype "$dt" --threads "$threads" \
-        "${it[@]}" "${dims[@]}")
-      echo "  rep $r: ${out%%$'\n'*} [OMP wait $wait]" >&2
-      res[pt_${wait}_$dt]+="$(tps <<<"$out") "
+  for threads in $thread_list; do
+    export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads ZERORUN_NUM_THREADS=$threads
+    for dt in fp32 bf16; do
+      out=$("$bench" --dtype "$dt" --threads "$threads" --iters 5 --warmup 2 "${dims[@]}" 2>/dev/null)
+      [[ $r == 1 ]] && echo "  $(grep '^cpu:\|^model FLOPs' <<<"$out" | tr '\n' ' ')" >&2
+      echo "  rep $r: $(grep '^zerorun' <<<"$out")" >&2
+      res[zr_${dt}_$threads]+="$(tps <<<"$out") "
+      fpt=$(sed -n 's/^model FLOPs\/token \([0-9.e+]*\).*/\1/p' <<<"$out")
+      for wait in default passive; do
+        env=(); [[ $wait == passive ]] && env=(OMP_WAIT_POLICY=passive)
+        out=$(env "${env[@]}" /usr/bin/python3 "$here/../gpt/torch_gpt.py" --train --dtype "$dt" --threads "$threads" \
+          --iters 5 --warmup 2 "${dims[@]}")
+        echo "  rep $r: ${out%%$'\n'*} [OMP wait $wait]" >&2
+        res[pt_${wait}_${dt}_$threads]+="$(tps <<<"$out") "
+      done
     done
   done
 done
 
-echo "GPT training step (fwd+bwd+AdamW), 4 layers, d 256, 4 heads, T 128, V 256, B 8, threads $threads, median of $reps interleaved runs"
-printf "%-6s %14s | %14s %8s | %16s %8s\n" dtype zerorun_tok/s torch_tok/s ratio torch_passive ratio
-div() { awk -v a="$1" -v b="$2" 'BEGIN {print a / b}'; }
-for dt in fp32 bf16; do
-  z=$(median <<<"${res[zr_$dt]}")
-  p=$(median <<<"${res[pt_default_$dt]}")
-  q=$(median <<<"${res[pt_passive_$dt]}")
-  printf "%-6s %14.1f | %14.1f %8.2f | %16.1f %8.2f\n" "$dt" "$z" "$p" "$(div "$z" "$p")" "$q" "$(div "$z" "$q")"
+echo "GPT training step (fwd+bwd+AdamW), 4 layers, d 256, 4 heads, T 128, V 256, B 8; median of $reps interleaved runs"
+echo "FLOPs/token $fpt (closed form); MFU against the measured peak (fp32 FMA for fp32, bf16 dot-product for bf16)"
+printf "%-4s %-6s %12s %12s %12s %9s | %8s %8s %8s\n" thr dtype zerorun_tok/s torch_tok/s torch_passive ratio \
+  zr_MFU pt_MFU peak_GF/s
+for threads in $thread_list; do
+  for dt in fp32 bf16; do
+    z=$(median <<<"${res[zr_${dt}_$threads]}")
+    p=$(median <<<"${res[pt_default_${dt}_$threads]}")
+    q=$(median <<<"${res[pt_passive_${dt}_$threads]}")
+    best=$(awk -v a="$p" -v b="$q" 'BEGIN {print (a > b ? a : b)}')
+    pk=${peak[${dt}_$threads]}
+    zm=$(awk -v t="$z" -v f="$fpt" -v p="$pk" 'BEGIN {printf "%.3f", t * f * 1e-9 / p}')
+    pm=$(awk -v t="$best" -v f="$fpt" -v p="$pk" 'BEGIN {printf "%.3f", t * f * 1e-9 / p}')
+    printf "%-4s %-6s %12.1f %12.1f %12.1f %9s | %8s %8s %8s\n" "$threads" "$dt" "$z" "$p" "$q" "$(div "$z" "$best")" \
+      "$zm" "$pm" "$pk"
+  done
 done
-echo "ratio = zerorun / torch; torch_passive: the same torch run with OMP_WAIT_POLICY=passive"
+echo "ratio = zerorun / the better torch (default or OMP_WAIT_POLICY=passive)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $cores cores"

@@ -5,7 +5,11 @@
 //   backward: dP = dout v^T,  dS = P * (dP - rowsum(P * dP)) * scale,
 //             dv = P^T dout,  dq = dS k,  dk = dS^T q
 // fp32 slices are read and written in place through their leading dimensions (3C for qkv, C for
-// out); 16-bit slices are widened into per-thread scratch and the results rounded once.
+// out). 16-bit slices: where oneDNN multiplies that dtype natively (bf16 on AVX512-BF16/AMX) the four
+// products of 16-bit operands (q k^T, P v; dout v^T, and with P and dS rounded to the dtype, dS k,
+// dS^T q, P^T dout) run on the slices in place with fp32 accumulation, as autocast frameworks do;
+// scores, softmax, P as saved and dS stay fp32. Elsewhere 16-bit slices are widened into per-thread
+// scratch and the results rounded once.
 #include <cmath>
 #include <algorithm>
 #include <cstring>
@@ -13,7 +17,10 @@
 #include "zerorun/kernels/cpu/blas.h"
 #include "zerorun/kernels/cpu/blocks.h"
 #include "zerorun/kernels/cpu/cpu.h"
+#include "zerorun/kernels/cpu/onednn.h"
+#include "zerorun/kernels/cpu/scratch.h"
 #include "zerorun/kernels/cpu/vec.h"
+#include "zerorun/kernels/gemm_backend.h"
 
 namespace zerorun::kernels::cpu {
 namespace {
@@ -57,9 +64,118 @@ void StoreSlice(const float* src, void* base, DType type, int64_t row0, int64_t 
   for (int64_t t = 0; t < T; ++t) StoreRow(src + t * HS, base, type, (row0 + t) * row_elems + col, HS);
 }
 
+// Whether the 16-bit products run natively (see the top of this file).
+bool Native16(DType type) {
+  return type != DType::kF32 && ActiveGemmBackend() == GemmBackend::kOnednn && OnednnNative16(type);
+}
+
+// One product of the native path: C (m, n) = alpha op(A) op(B), A and B of `ab`, C of `ct`, all by
+// leading dimension. Falls back to widened operands if oneDNN turns the shape down.
+void Gemm16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda, const void* b,
+            int64_t ldb, DType ab, void* c, int64_t ldc, DType ct) {
+  GemmParams p;
+  p.trans_a = ta ? Trans::kT : Trans::kN;
+  p.trans_b = tb ? Trans::kT : Trans::kN;
+  p.m = m, p.n = n, p.k = k, p.alpha = alpha;
+  p.a = a, p.a_type = ab, p.lda = lda, p.b = b, p.b_type = ab, p.ldb = ldb, p.c = c, p.c_type = ct, p.ldc = ldc;
+  if (m <= 0 || n <= 0 || OnednnGemm(p, nullptr)) return;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  float* a32 = Scratch(kScratchD, static_cast<size_t>(a_rows * a_cols + b_rows * b_cols + m * n));
+  float* b32 = a32 + a_rows * a_cols;
+  float* c32 = b32 + b_rows * b_cols;
+  for (int64_t r = 0; r < a_rows; ++r) LoadRow(a, ab, r * lda, a32 + r * a_cols, a_cols);
+  for (int64_t r = 0; r < b_rows; ++r) LoadRow(b, ab, r * ldb, b32 + r * b_cols, b_cols);
+  float* dst = ct == DType::kF32 ? static_cast<float*>(c) : c32;
+  int64_t ldd = ct == DType::kF32 ? ldc : n;
+  Sgemm(ta, tb, m, n, k, alpha, a32, a_cols, b32, b_cols, 0.0f, dst, ldd);
+  if (ct != DType::kF32) {
+    for (int64_t r = 0; r < m; ++r) StoreRow(c32 + r * n, c, ct, r * ldc, n);
+  }
+}
+
+// Rows [r0, r1), columns [0, cols) of an fp32 (.., ld) matrix rounded to `t` into `dst` (same ld).
+void RoundRows(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t cols, DType t, void* dst) {
+  for (int64_t r = r0; r < r1; ++r) StoreRow(src + r * ld, dst, t, r * ld, cols);
+}
+
+// The native path of the forward for one (b, h): q, k, v and out in place (bf16), P (T, T) fp32.
+void ForwardNative16(void* out, float* P, const void* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t HS,
+                     float scale, DType type, const VecOps& v) {
+  const int64_t ld = 3 * C;
+  const void* q = At(qkv, type, b * T * ld + h * HS);
+  const void* k = At(qkv, type, b * T * ld + C + h * HS);
+  const void* vv = At(qkv, type, b * T * ld + 2 * C + h * HS);
+  void* o = At(out, type, b * T * C + h * HS);
+  // P rounded to the dtype for P v (same layout as P).
+  void* P16 = Scratch(kScratchA, static_cast<size_t>(T * T / 2 + 1));
+  for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+    int64_t t1 = std::min(T, t0 + kBlock);
+    Gemm16(false, true, t1 - t0, t1, HS, scale, At(q, type, t0 * ld), ld, k, ld, type, P + t0 * T, T, DType::kF32);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = P + t * T;
+      float sum = v.exp_shift_sum(row, row, t + 1, v.max(row, t + 1));
+      v.scale(row, row, 1.0f / sum, t + 1);
+      std::memset(row + t + 1, 0, static_cast<size_t>(T - t - 1) * sizeof(float));
+    }
+    RoundRows(P, T, t0, t1, t1, type, P16);
+    Gemm16(false, false, t1 - t0, HS, t1, 1.0f, At(P16, type, t0 * T), T, vv, ld, type, At(o, type, t0 * C), C, type);
+  }
+}
+
+// The native path of the backward for one (b, h).
+void BackwardNative16(void* dqkv, const void* dout, const void* qkv, const float* P, int64_t b, int64_t h, int64_t T,
+                      int64_t C, int64_t HS, float scale, DType type, const VecOps& v) {
+  const int64_t ld = 3 * C;
+  const void* q = At(qkv, type, b * T * ld + h * HS);
+  const void* k = At(qkv, type, b * T * ld + C + h * HS);
+  const void* vv = At(qkv, type, b * T * ld + 2 * C + h * HS);
+  const void* dy = At(dout, type, b * T * C + h * HS);
+  void* dq = At(dqkv, type, b * T * ld + h * HS);
+  void* dk = At(dqkv, type, b * T * ld + C + h * HS);
+  void* dv = At(dqkv, type, b * T * ld + 2 * C + h * HS);
+  float* dS = Scratch(kScratchB, static_cast<size_t>(T * T));
+  // dS and P rounded to the dtype (halves of one scratch buffer, each (T, T)).
+  void* dS16 = Scratch(kScratchA, static_cast<size_t>(T * T));
+  void* P16 = At(dS16, type, T * T);
+  for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+    int64_t t1 = std::min(T, t0 + kBlock);
+    Gemm16(false, true, t1 - t0, t1, HS, 1.0f, At(dy, type, t0 * C), C, vv, ld, type, dS + t0 * T, T, DType::kF32);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = dS + t * T;
+      const float* p = P + t * T;
+      float dot = v.dot(p, row, t + 1);
+      v.softmax_backward(row, row, p, dot, t + 1);
+      v.scale(row, row, scale, t + 1);
+      std::memset(row + t + 1, 0, static_cast<size_t>(t1 - t - 1) * sizeof(float));
+    }
+    RoundRows(dS, T, t0, t1, t1, type, dS16);
+    RoundRows(P, T, t0, t1, t1, type, P16);
+    Gemm16(false, false, t1 - t0, HS, t1, 1.0f, At(dS16, type, t0 * T), T, k, ld, type, At(dq, type, t0 * ld), ld, type);
+  }
+  // dv and dk for keys [s0, s1): only queries t >= s0 attend to them (rows of P16/dS16 below the
+  // diagonal block hold zeros from the causal mask where s > t).
+  for (int64_t s0 = 0; s0 < T; s0 += kBlock) {
+    int64_t s1 = std::min(T, s0 + kBlock);
+    Gemm16(true, false, s1 - s0, HS, T - s0, 1.0f, At(P16, type, s0 * T + s0), T, At(dy, type, s0 * C), C, type,
+           At(dv, type, s0 * ld), ld, type);
+    Gemm16(true, false, s1 - s0, HS, T - s0, 1.0f, At(dS16, type, s0 * T + s0), T, At(q, type, s0 * ld), ld, type,
+           At(dk, type, s0 * ld), ld, type);
+  }
+}
+
 void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                       DType type) {
   EnsureBlasSingleThreaded();
+  if (Native16(type)) {
+    int64_t HS = C / NH;
+    float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t unit = u0; unit < u1; ++unit) {
+        ForwardNative16(out, att + unit * T * T, qkv, unit / NH, unit % NH, T, C, HS, scale, type, Vec());
+      }
+    });
+    return;
+  }
   int64_t HS = C / NH;
   float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
@@ -93,6 +209,16 @@ void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t
 void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att, int64_t B, int64_t T,
                        int64_t C, int64_t NH, DType type) {
   EnsureBlasSingleThreaded();
+  if (Native16(type)) {
+    int64_t HS = C / NH;
+    float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t unit = u0; unit < u1; ++unit) {
+        BackwardNative16(dqkv, dout, qkv, att + unit * T * T, unit / NH, unit % NH, T, C, HS, scale, type, Vec());
+      }
+    });
+    return;
+  }
   int64_t HS = C / NH;
   float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include "kernel_test_util.h"
+#include "zerorun/kernels/cpu/onednn.h"
+#include "zerorun/kernels/gemm_backend.h"
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::kernels::test {
@@ -72,13 +74,29 @@ TEST_CASE("cpu attention matches ref for every dtype and ISA") {
       Buffer g1(t, n_qkv), g2(t, n_qkv);
       Ref().attention_forward(o1.data(), a1.f32(), qkv.data(), d.B, d.T, d.C, d.NH, t);
       Ref().attention_backward(g1.data(), dout.data(), qkv.data(), a1.f32(), d.B, d.T, d.C, d.NH, t);
-      ForEachIsa([&](Isa) {
-        Cpu().attention_forward(o2.data(), a2.f32(), qkv.data(), d.B, d.T, d.C, d.NH, t);
-        CheckOp(o2, o1, "attention out", 1e-5);
-        CheckOp(a2, a1, "attention probabilities", 1e-5);
-        Cpu().attention_backward(g2.data(), dout.data(), qkv.data(), a1.f32(), d.B, d.T, d.C, d.NH, t);
-        CheckOp(g2, g1, "attention dqkv", 1e-5);
-      });
+      for (GemmBackend backend : GemmBackends()) {
+        SetGemmBackend(backend);
+        CAPTURE(std::string(GemmBackendName(backend)));
+        // 16-bit products run natively here: P and dS are rounded to the dtype before their products
+        // (8 mantissa bits for bf16: up to 2^-9 relative per term), so outputs get a bound of 2^-7 of
+        // their scale instead of one ulp.
+        const bool native = backend == GemmBackend::kOnednn && cpu::OnednnNative16(t);
+        const auto check = [&](const Buffer& got, const Buffer& want, const char* what) {
+          if (native) {
+            CheckClose(got, want, 1.0, std::ldexp(want.MaxAbs(), -7), what);
+          } else {
+            CheckOp(got, want, what, 1e-5);
+          }
+        };
+        ForEachIsa([&](Isa) {
+          Cpu().attention_forward(o2.data(), a2.f32(), qkv.data(), d.B, d.T, d.C, d.NH, t);
+          check(o2, o1, "attention out");
+          CheckOp(a2, a1, "attention probabilities", 1e-5);  // fp32 from 16-bit q, k: exact products
+          Cpu().attention_backward(g2.data(), dout.data(), qkv.data(), a1.f32(), d.B, d.T, d.C, d.NH, t);
+          check(g2, g1, "attention dqkv");
+        });
+      }
+      SetGemmBackend(DefaultGemmBackend());
     }
   }
 }

@@ -2,10 +2,18 @@
 // and every storage dtype; ref against closed-form products.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+
 #include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "kernel_test_util.h"
 #include "zerorun/core/error.h"
+#include "zerorun/kernels/cpu/onednn.h"
+#include "zerorun/kernels/gemm_backend.h"
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::kernels::test {
@@ -80,6 +88,31 @@ TEST_CASE("ref Gemm matches a closed-form product") {
   CHECK(d[3] == 4 + 6);
 }
 
+// Every GEMM backend this build has, switched process-wide and restored.
+void ForEachGemmBackend(const std::function<void(GemmBackend)>& fn) {
+  const GemmBackend before = ActiveGemmBackend();
+  for (GemmBackend b : GemmBackends()) {
+    SetGemmBackend(b);
+    CAPTURE(std::string(GemmBackendName(b)));
+    fn(b);
+  }
+  SetGemmBackend(before);
+}
+
+// Runs this test binary's test case(s) `name` (a doctest filter) in a child with `env` ("A=1 B=2") added; its exit status
+// and output (bounded by the child's own test timeout).
+std::pair<int, std::string> RunCaseWith(const std::string& env, const std::string& name) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "env " + env + " timeout 120 '" + self + "' --no-version -tc='" + name + "' 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
 TEST_CASE("cpu Gemm matches ref: shapes, transposes, dtypes") {
   std::vector<GemmCase> cases = {
       {0, 5, 3, Trans::kN, Trans::kN, 1, 0, false, 1, 0},
@@ -108,10 +141,97 @@ TEST_CASE("cpu Gemm matches ref: shapes, transposes, dtypes") {
       }
       for (auto [at, bt, ct] : types) {
         Buffer want = RunGemm(Ref(), g, at, bt, ct);
-        ForEachIsa([&](Isa) { CheckOp(RunGemm(Cpu(), g, at, bt, ct), want, "gemm", 1e-5); });
+        ForEachGemmBackend([&](GemmBackend) {
+          ForEachIsa([&](Isa) { CheckOp(RunGemm(Cpu(), g, at, bt, ct), want, "gemm", 1e-5); });
+        });
       }
     }
   }
+}
+
+TEST_CASE("cpu Gemm at the GPT-bench linear shapes, 16-bit against fp32, on every backend") {
+  // The bf16/fp16 products of one layer's forward, input and weight gradients (B*T = 256 rows here)
+  // agree with the fp32 reference of the same (already rounded) operands to accumulation rounding
+  // plus one rounding of C.
+  struct Case { int64_t m, n, k; Trans ta, tb; float beta; bool bias; };
+  const Case cases[] = {{256, 768, 256, Trans::kN, Trans::kT, 0, true},   // qkv forward
+                        {256, 256, 768, Trans::kN, Trans::kN, 0, false},  // qkv dx
+                        {768, 256, 256, Trans::kT, Trans::kN, 1, false},  // qkv dW +=
+                        {256, 1024, 256, Trans::kN, Trans::kT, 0, true}}; // fc forward
+  for (const Case& c : cases) {
+    GemmCase g{c.m, c.n, c.k, c.ta, c.tb, 1.0f, c.beta, c.bias, 1, 0};
+    for (DType t : {DType::kBF16, DType::kF16}) {
+      CAPTURE(std::string(DTypeName(t)));
+      CAPTURE(c.m);
+      CAPTURE(c.n);
+      CAPTURE(c.k);
+      for (DType ct : {t, DType::kF32}) {
+        Buffer want = RunGemm(Ref(), g, t, t, ct);
+        ForEachGemmBackend([&](GemmBackend) { CheckOp(RunGemm(Cpu(), g, t, t, ct), want, "gemm 16-bit", 1e-5); });
+      }
+    }
+  }
+}
+
+TEST_CASE("Gemm: every oneDNN ISA cap and OpenBLAS in a fresh process (ZERORUN_ISA, ONEDNN_MAX_CPU_ISA, ZERORUN_GEMM)") {
+  // oneDNN's ISA is fixed at its first call, so each cap runs the numerics cases in a child process:
+  // avx2 (bf16 widened to fp32) and avx512_core without bf16 (widened); OpenBLAS chosen by ZERORUN_GEMM.
+  if (std::getenv("ZR_GEMM_TEST_CHILD") != nullptr) return;
+  // doctest filters are comma-separated wildcards: name the cases by their comma-free starts.
+  const std::string numerics = "cpu Gemm matches ref:*,cpu Gemm at the GPT-bench linear shapes*";
+  const std::string describe = "the GEMM backend describes itself";
+  std::vector<std::pair<std::string, std::string>> runs = {{"ZERORUN_GEMM=openblas", describe}};
+  if (cpu::OnednnBuilt()) {
+    if (GetCpuFeatures().avx2) runs.push_back({"ZERORUN_ISA=avx2", numerics + "," + describe});
+    if (GetCpuFeatures().avx512) runs.push_back({"ONEDNN_MAX_CPU_ISA=AVX512_CORE", numerics + "," + describe});
+  }
+  for (const auto& [env, cases] : runs) {
+    CAPTURE(env);
+    auto [status, out] = RunCaseWith("ZR_GEMM_TEST_CHILD=1 " + env, cases);
+    INFO(out);
+    CHECK(status == 0);
+    CHECK(out.find("0 failed") != std::string::npos);
+    CHECK(out.find("| 0 passed") == std::string::npos);
+  }
+}
+
+TEST_CASE("the GEMM backend describes itself") {
+  const std::string d = GemmDescription();
+  CAPTURE(d);
+  CHECK(d.find(GemmBackendName(ActiveGemmBackend())) == 0);
+  CHECK(d.find(" thread") != std::string::npos);
+  if (ActiveGemmBackend() == GemmBackend::kOnednn) {
+    CHECK(d.find(cpu::OnednnIsa()) != std::string::npos);
+    CHECK(!cpu::OnednnIsa().empty());
+    CHECK(GemmWarning().empty());  // oneDNN detects its own ISA
+    const char* cap = std::getenv("ZERORUN_ISA");
+    if (cap != nullptr && std::string(cap) == "avx2") CHECK(cpu::OnednnIsa().rfind("avx2", 0) == 0);
+    if (cap != nullptr) CHECK(!cpu::OnednnNative16(DType::kBF16));
+  }
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  if (ActiveGemmBackend() == GemmBackend::kOpenblas && core != nullptr && std::string(core) == "Prescott" &&
+      GetCpuFeatures().avx2) {
+    // OpenBLAS on SSE3 kernels on a CPU with AVX2: the warning names the variable and the value.
+    CHECK(GemmWarning().find("OPENBLAS_CORETYPE=") != std::string::npos);
+    const std::string w = GemmWarning();
+    if (GetCpuFeatures().avx512) {
+      CHECK((w.find("OPENBLAS_CORETYPE=SkylakeX") != std::string::npos ||
+             w.find("OPENBLAS_CORETYPE=Cooperlake") != std::string::npos));
+    } else {
+      CHECK(w.find("OPENBLAS_CORETYPE=Haswell") != std::string::npos);
+    }
+  }
+  if (!cpu::OnednnBuilt()) CHECK_THROWS_AS(SetGemmBackend(GemmBackend::kOnednn), InvalidArgument);
+}
+
+TEST_CASE("an OpenBLAS below this CPU's kernels is reported with the variable that fixes it") {
+  if (std::getenv("ZR_GEMM_TEST_CHILD") != nullptr) return;
+  if (!GetCpuFeatures().avx2) return;  // nothing better than Prescott to ask for
+  auto [status, out] = RunCaseWith("ZR_GEMM_TEST_CHILD=1 ZERORUN_GEMM=openblas OPENBLAS_CORETYPE=Prescott",
+                                   "the GEMM backend describes itself");
+  INFO(out);
+  CHECK(status == 0);
+  CHECK(out.find("1 passed") != std::string::npos);
 }
 
 TEST_CASE("BiasAdd and BiasBackward: cpu matches ref; closed form") {

@@ -14,6 +14,8 @@
 #include "zerorun/core/cpu_features.h"
 #include "zerorun/core/dtype.h"
 #include "zerorun/core/rng.h"
+#include "zerorun/kernels/cpu/onednn.h"
+#include "zerorun/kernels/gemm_backend.h"
 #include "zerorun/kernels/kernel_table.h"
 
 namespace zerorun::kernels::test {
@@ -134,6 +136,15 @@ inline const std::vector<DType>& StorageTypes() {
   static const std::vector<DType> v{DType::kF32, DType::kF16, DType::kBF16};
   return v;
 }
+
+// The GEMM backends this build has (OpenBLAS, and oneDNN when built with it), and the one the
+// process starts with.
+inline std::vector<GemmBackend> GemmBackends() {
+  std::vector<GemmBackend> v{GemmBackend::kOpenblas};
+  if (cpu::OnednnBuilt()) v.push_back(GemmBackend::kOnednn);
+  return v;
+}
+inline GemmBackend DefaultGemmBackend() { return cpu::OnednnBuilt() ? GemmBackend::kOnednn : GemmBackend::kOpenblas; }
 
 inline const KernelTable& Ref() { return RefKernelTable(); }
 inline const KernelTable& Cpu() { return CpuKernelTable(); }
