@@ -155,6 +155,7 @@ LaunchOptions ParseArgs(const std::vector<std::string>& args) {
 
 std::string HelpText() {
   return R"(usage: zerorun [options] PROGRAM [ARGS...]
+       zerorun sweep SPEC [...]   (hyper-parameter sweeps: zerorun-sweep --help, docs/experiments.md)
 
 Starts PROGRAM once per rank, on this machine or on many, with the rank environment set:
 RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE (= LOCAL_WORLD_SIZE), CROSS_RANK (node index),

@@ -5,7 +5,7 @@
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
-order=(core kernels comm zero offload runtime launcher)
+order=(core kernels comm zero offload runtime launcher experiments)
 rank_of() { local i; for i in "${!order[@]}"; do [[ ${order[$i]} == "$1" ]] && { echo "$i"; return; }; done; echo 99; }
 status=0
 for layer in "${order[@]}"; do
