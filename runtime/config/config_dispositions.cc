@@ -309,6 +309,10 @@ const std::vector<KeyDisposition> kTable = {
     {"comms_logger.prof_all", kActed, "engine: the communicator's comms logger"},
     {"comms_logger.debug", kActed, "engine: the communicator's comms logger"},
     {"comms_logger.prof_ops", kActed, "engine: the communicator's comms logger"},
+    {"lr_scaling.rule", kActed,
+     "zerorun's own key (not DeepSpeed's): the optimizer's and the schedule's absolute lrs are multiplied by "
+     "train_batch_size / reference_batch_size (linear) or its square root (sqrt) when the config is loaded"},
+    {"lr_scaling.reference_batch_size", kFollows, "lr_scaling.rule"},
     {"elasticity.enabled", kRefused, "elastic training is not supported (refused when loading)"},
     {"elasticity.max_train_batch_size", kFollows, "elasticity.enabled"},
     {"elasticity.micro_batch_sizes", kFollows, "elasticity.enabled"},

@@ -154,6 +154,7 @@ std::vector<std::pair<std::string, std::string>> EffectiveValues(const Config& c
 std::string EffectiveConfigJson(const Config& config, bool pretty) {
   rapidjson::Document doc;
   ConfigBody body = config;
+  body.lr_scaling.rule = LrScalingRule::kNone;  // its lrs are already scaled: re-loading must not scale again
   config_detail::Emitter e(config, doc);
   config_detail::VisitConfig(e, body);
   rapidjson::StringBuffer buf;

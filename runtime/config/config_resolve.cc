@@ -2,6 +2,7 @@
 // (floor divisions in its order, then its four assertions with its messages), "auto" values are derived
 // where possible, stage-dependent defaults are filled in, and the cross-field rules are checked.
 // Every derived value records how it was derived.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -425,10 +426,56 @@ void CheckAio(ConfigBody& c, Collected& out) {
   }
 }
 
+// lr_scaling: multiplies every absolute lr of the config by (B / B0) or sqrt(B / B0).
+void ApplyLrScaling(ConfigBody& c, Collected& out) {
+  LrScalingConfig& l = c.lr_scaling;
+  l.factor = 1.0;
+  if (l.rule == LrScalingRule::kNone) return;
+  const double ratio = static_cast<double>(c.batch.train_batch_size.value_or(l.reference_batch_size)) /
+                       static_cast<double>(l.reference_batch_size);
+  l.factor = l.rule == LrScalingRule::kLinear ? ratio : std::sqrt(ratio);
+  const std::string how = Format("× {} ({} rule: train_batch_size {} / reference_batch_size {})", FormatDouble(l.factor),
+                                 l.rule == LrScalingRule::kLinear ? "linear" : "sqrt",
+                                 c.batch.train_batch_size.value_or(0), l.reference_batch_size);
+  auto scale = [&](const std::string& path, double& lr) {
+    out.provenance[path] = {Kind::kDerived, Format("{} {}", FormatDouble(lr), how)};
+    lr *= l.factor;
+  };
+  const std::string o = "optimizer.params.", s = "scheduler.params.";
+  switch (c.optimizer.type) {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: scale(o + "lr", c.optimizer.adam.lr); break;
+    case OptimizerKind::kLamb: scale(o + "lr", c.optimizer.lamb.lr); break;
+    case OptimizerKind::kLion: scale(o + "lr", c.optimizer.lion.lr); break;
+    case OptimizerKind::kSgd: scale(o + "lr", c.optimizer.sgd.lr); break;
+    case OptimizerKind::kAdagrad: scale(o + "lr", c.optimizer.adagrad.lr); break;
+    case OptimizerKind::kNone: break;
+  }
+  SchedulerConfig& sc = c.scheduler;
+  switch (sc.type) {
+    case SchedulerKind::kWarmupLR:
+      scale(s + "warmup_min_lr", sc.warmup_lr.warmup_min_lr);
+      if (sc.warmup_lr.warmup_max_lr) scale(s + "warmup_max_lr", *sc.warmup_lr.warmup_max_lr);
+      break;
+    case SchedulerKind::kWarmupDecayLR:
+      scale(s + "warmup_min_lr", sc.warmup_decay_lr.warmup_min_lr);
+      scale(s + "warmup_max_lr", sc.warmup_decay_lr.warmup_max_lr);
+      break;
+    case SchedulerKind::kOneCycle:
+      if (sc.one_cycle.cycle_min_lr) scale(s + "cycle_min_lr", *sc.one_cycle.cycle_min_lr);
+      if (sc.one_cycle.cycle_max_lr) scale(s + "cycle_max_lr", *sc.one_cycle.cycle_max_lr);
+      break;
+    case SchedulerKind::kLRRangeTest: scale(s + "lr_range_test_min_lr", sc.lr_range_test.lr_range_test_min_lr); break;
+    case SchedulerKind::kWarmupCosineLR:  // ratios of the optimizer's lr, which is scaled
+    case SchedulerKind::kNone: break;
+  }
+}
+
 }  // namespace
 
 void ResolveAndValidate(ConfigBody& c, int world_size, int64_t hidden_size, Collected& out) {
   ResolveBatch(c.batch, world_size, out);
+  ApplyLrScaling(c, out);
   ResolveAutoBuckets(c.zero_optimization, hidden_size, out);
   CheckZero(c, out);
   CheckOffload(c, out);

@@ -130,6 +130,21 @@ void VisitElasticity(ConfigVisitor& v, ElasticityConfig& e) {
         e.model_parallel_size);
 }
 
+const EnumSpec& LrScalingRuleEnum() {
+  static const EnumSpec spec{{{"none", int(LrScalingRule::kNone)},
+                              {"linear", int(LrScalingRule::kLinear)},
+                              {"sqrt", int(LrScalingRule::kSqrt)}},
+                             true,
+                             {}};
+  return spec;
+}
+void VisitLrScaling(ConfigVisitor& v, LrScalingConfig& l) {
+  VisitEnum(v, {.key = "rule", .doc = "scale the config's lrs with the global batch: none, linear, sqrt"}, l.rule,
+            LrScalingRuleEnum());
+  v.Int({.key = "reference_batch_size", .doc = "the global batch the file's lrs are for", .min = 1},
+        l.reference_batch_size);
+}
+
 }  // namespace
 
 void VisitOtherSections(ConfigVisitor& v, ConfigBody& c) {
@@ -147,6 +162,8 @@ void VisitOtherSections(ConfigVisitor& v, ConfigBody& c) {
   VisitSection(v, {.key = "comms_logger", .doc = "communication logger", .lenient = true}, c.comms_logger,
                VisitCommsLogger);
   VisitSection(v, {.key = "elasticity", .doc = "elastic training"}, c.elasticity, VisitElasticity);
+  VisitSection(v, {.key = "lr_scaling", .doc = "zerorun's own: lr scaled with the global batch"}, c.lr_scaling,
+               VisitLrScaling);
 
   // DeepSpeed features zerorun does not implement. Sections with an on/off switch are read as far as
   // the switch (the rest of the section follows it); the others are accepted whole. What zerorun does

@@ -25,6 +25,7 @@ enum class SchedulerKind : int { kNone = 0, kWarmupLR, kWarmupDecayLR, kWarmupCo
 enum class WarmupType : int { kLog = 0, kLinear = 1 };
 enum class TagValidation : int { kIgnore = 0, kWarn = 1, kFail = 2 };
 enum class AllReduceOp : int { kMean = 0, kSum = 1 };
+enum class LrScalingRule : int { kNone = 0, kLinear = 1, kSqrt = 2 };
 
 const char* ZeroStageName(ZeroStage s);        // "0".."3"
 const char* OffloadDeviceName(OffloadDevice d);  // "none", "cpu", "nvme"
@@ -328,6 +329,17 @@ struct CommsLoggerConfig {
   bool debug = false;                 // include the caller
   std::vector<std::string> prof_ops;  // operations profiled when prof_all is false
 };
+// zerorun's own key (not DeepSpeed's): the learning rate follows the global batch. With B the resolved
+// train_batch_size (micro batch x accumulation x world size) and B0 the reference, every absolute lr of
+// the config (the optimizer's lr and the schedule's warmup_min_lr / warmup_max_lr / cycle_min_lr /
+// cycle_max_lr / lr_range_test_min_lr) is multiplied by B / B0 (linear: Goyal et al. 2017) or
+// sqrt(B / B0) (square root: Krizhevsky 2014, Hoffer et al. 2017) when the config is loaded, so the
+// same file gives the right lr at any world size or accumulation. docs/config.md "lr_scaling".
+struct LrScalingConfig {
+  LrScalingRule rule = LrScalingRule::kNone;  // none | linear | sqrt
+  int64_t reference_batch_size = 256;         // B0: the global batch the lrs in the file were tuned for
+  double factor = 1.0;                        // resolved when loading: the multiplier applied
+};
 // DeepSpeed features zerorun does not implement whose sections have an on/off switch: only the switch
 // is read (the rest of each section is accepted as written and means nothing while the switch is off,
 // in DeepSpeed too). What zerorun does when a switch is on is declared in config_dispositions.cc.
@@ -376,6 +388,7 @@ struct ConfigBody {
   FlopsProfilerConfig flops_profiler;
   CommsLoggerConfig comms_logger;
   ElasticityConfig elasticity;
+  LrScalingConfig lr_scaling;
   FeatureSwitches switches;
 
   // Gradient / communication scalars (§1.7).
