@@ -85,6 +85,9 @@ class SwapWork {
 
   // Throws IoError: the transfer failed, or (reads) the record does not verify.
   void Wait();
+  // True when nothing is left to wait for (no transfer, or both its parts complete): Wait will not block.
+  bool Done() const { return file_ == nullptr || (payload_.Done() && footer_.Done()); }
+  bool pending() const { return file_ != nullptr; }
 
  private:
   friend class SwapFile;

@@ -190,8 +190,8 @@ void Engine::BuildStrategy(const std::vector<nn::Parameter*>& model_params) {
   }
   for (size_t id = 0; id < by_id.size(); ++id) impl_->param_id[by_id[id]] = static_cast<int>(id);
   impl_->host = std::make_unique<EngineParamHost>(by_id, options_.init_seed);
-  impl_->strategy = zero::MakeStrategy(StrategyOptionsFromConfig(config_, comm_->device()), std::move(specs),
-                                       *impl_->host, *impl_->optimizer, *comm_, timers_);
+  impl_->strategy = zero::MakeStrategy(StrategyOptionsFromConfig(config_, comm_->device(), comm_->rank()),
+                                       std::move(specs), *impl_->host, *impl_->optimizer, *comm_, timers_);
 }
 
 void Engine::BuildOptimizer() {

@@ -3,6 +3,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/runtime/engine_internal.h"
+#include "zerorun/runtime/offload_store.h"
 
 namespace zerorun::runtime {
 
@@ -156,7 +157,7 @@ std::unique_ptr<LrScheduler> MakeSchedulerFromConfig(const SchedulerConfig& c, H
   }
 }
 
-zero::StrategyOptions StrategyOptionsFromConfig(const Config& c, Device device) {
+zero::StrategyOptions StrategyOptionsFromConfig(const Config& c, Device device, int rank) {
   const ZeroConfig& z = c.zero_optimization;
   zero::StrategyOptions o;
   o.stage = z.StageNumber();
@@ -180,6 +181,8 @@ zero::StrategyOptions StrategyOptionsFromConfig(const Config& c, Device device) 
   o.stage3.persistence_threshold = z.param_persistence_threshold;
   o.stage3.max_reuse_distance = z.max_reuse_distance;
   o.stage3.sanity_checks = z.enable_sanity_checks;
+  o.state_store = OptimizerStateStoreFromConfig(c, rank);  // offload_optimizer (runtime/offload_store.h)
+  o.offload_optimizer = o.state_store != nullptr;
   return o;
 }
 

@@ -74,6 +74,6 @@ OptimizerHyper OptimizerHyperFromConfig(const OptimizerConfig& config, Optimizer
 // The scheduler section as a scheduler over `target` (nullptr when the config has none).
 std::unique_ptr<LrScheduler> MakeSchedulerFromConfig(const SchedulerConfig& config, HyperTarget& target);
 // The zero_optimization section (and the dtypes) as the strategy's options, on `device`.
-zero::StrategyOptions StrategyOptionsFromConfig(const Config& config, Device device);
+zero::StrategyOptions StrategyOptionsFromConfig(const Config& config, Device device, int rank);
 
 }  // namespace zerorun::runtime

@@ -324,12 +324,14 @@ int RunEstimate(int argc, char** argv) {
      << "  peak = states + buckets + live"
      << (activations ? " + activations " + zerorun::FormatBytes(static_cast<double>(act)) : "") << ".\n";
   if (!activations) os << "  Activations are not included (pass --activations BYTES to add them to the peak).\n";
-  os << "  * offload: zerorun does not implement offload yet; these rows estimate DeepSpeed's placement\n"
-     << "    (fp32 master, optimizer state and an fp32 gradient partition off the device; stage-3 params too).\n";
+  os << "  optimizer→cpu: fp32 master and optimizer state in host memory (the host column); gradients stay.\n"
+     << "  * not implemented yet (NVMe optimizer offload, parameter offload): these rows estimate DeepSpeed's\n"
+     << "    placement (fp32 master, optimizer state and an fp32 gradient partition off the device; stage-3\n"
+     << "    params too).\n";
   if (budget) {
     os << "  Budget " << zerorun::FormatBytes(static_cast<double>(*budget)) << ": "
        << (any_fit        ? "the rows marked yes fit."
-           : offload_fits ? "no choice zerorun implements fits; only offload (not implemented yet) would."
+           : offload_fits ? "no choice zerorun implements fits; only offload not implemented yet would."
                           : "no choice fits.")
        << "\n";
   }

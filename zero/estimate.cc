@@ -156,7 +156,7 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
   e.stage = stage;
   e.offload_optimizer = offload_optimizer;
   e.offload_param = offload_param;
-  e.implemented = offload_optimizer == OffloadTarget::kNone && offload_param == OffloadTarget::kNone;
+  e.implemented = offload_optimizer != OffloadTarget::kNvme && offload_param == OffloadTarget::kNone;
 
   const int64_t n = in.world_size;
   const int64_t p = in.param_bytes, g = in.grad_bytes, c = in.comm_bytes, k = in.optimizer_state_bytes;
@@ -221,13 +221,20 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     }
   }
 
-  // Offload placements as DeepSpeed makes them (reference §5.5).
-  if (offload_optimizer != OffloadTarget::kNone) {
-    const int64_t moved = 4 * own + k * own;  // fp32 master (also in fp32 training) and state
-    (offload_optimizer == OffloadTarget::kNvme ? e.nvme_bytes : e.host_bytes) += moved;
+  // Offload placements.
+  if (offload_optimizer == OffloadTarget::kCpu) {
+    // zerorun (offload/host_state_store.h): fp32 master (also in fp32 training) and state in host
+    // buffers; gradients stay where the strategy keeps them and are staged span by span during the
+    // step (a staging buffer of one sub-group, not counted here).
+    e.host_bytes += 4 * own + k * own;
     e.master_bytes = 0;
     e.optimizer_bytes = 0;
-    // The owned gradient partition accumulates in a pinned fp32 host buffer.
+  } else if (offload_optimizer == OffloadTarget::kNvme) {
+    // As DeepSpeed makes it (reference §5.5): master and state on NVMe, the gradient partition in a
+    // pinned fp32 host buffer.
+    e.nvme_bytes += 4 * own + k * own;
+    e.master_bytes = 0;
+    e.optimizer_bytes = 0;
     e.host_bytes += 4 * own;
     if (stage >= 2) e.grads_bytes = 0;
   }

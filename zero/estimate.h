@@ -55,7 +55,7 @@ struct StageEstimate {
   int stage = 0;
   OffloadTarget offload_optimizer = OffloadTarget::kNone;
   OffloadTarget offload_param = OffloadTarget::kNone;
-  bool implemented = true;         // zerorun trains it today (offload: not yet)
+  bool implemented = true;         // zerorun trains it today (CPU optimizer offload: yes; NVMe, params: not yet)
   // Model states resident on the device between steps (the engine's MemCategory current values).
   int64_t params_bytes = 0;        // 16-bit (or fp32) working parameters, incl. stage-3 persistent ones
   int64_t grads_bytes = 0;

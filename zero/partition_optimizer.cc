@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
 #include "zerorun/kernels/ops.h"
 
@@ -51,6 +52,29 @@ PartitionOptimizer::PartitionOptimizer(std::vector<PartitionGroupSpec> groups, U
   StateStoreLayout layout = MakeStateStoreLayout(std::move(slots), units, opt_.sub_group_size);
   store_ = opt_.store_factory ? opt_.store_factory(std::move(layout)) : MakeResidentStateStore(std::move(layout), opt_.device);
   ZR_CHECK(store_ != nullptr, "the state store factory returned no store");
+  if (store_->offloaded()) {
+    ZR_CHECK(master_slot_ >= 0, "an offloaded state store needs a master copy (the parameters stay on {})",
+             opt_.device.ToString());
+    const int64_t n = std::max<int64_t>(1, store_->layout().LargestSubGroupNumel());
+    grad_stage_ = Tensor::Empty({n}, opt_.grad_dtype, Device::CPU(), MemCategory::kPinned);
+    param_stage_ = Tensor::Empty({n}, opt_.param_dtype, Device::CPU(), MemCategory::kPinned);
+  }
+}
+
+void PartitionOptimizer::StageIn(kernels::OptimSpan* k) {
+  if (!store_->offloaded()) return;
+  ZR_CHECK(k->n <= grad_stage_.numel(), "span of {} elements exceeds the staging buffer of {}", k->n,
+           grad_stage_.numel());
+  CopyBytes(grad_stage_.data(), Device::CPU(), k->grads, opt_.device,
+            static_cast<size_t>(k->n) * DTypeSize(opt_.grad_dtype));
+  k->grads = grad_stage_.data();
+  k->param_copy = param_stage_.data();
+}
+
+void PartitionOptimizer::WriteBack(const kernels::OptimSpan& k, void* device_params) const {
+  if (!store_->offloaded()) return;
+  CopyBytes(device_params, opt_.device, param_stage_.data(), Device::CPU(),
+            static_cast<size_t>(k.n) * DTypeSize(opt_.param_dtype));
 }
 
 std::vector<PartitionOptimizer::Span> PartitionOptimizer::SpansOf(int i, bool by_tensor) const {
@@ -126,9 +150,12 @@ void PartitionOptimizer::Initialize() {
       for (const PartitionSegment& seg : spec.segments) {
         const Range r = Intersect(sg.range, {seg.offset, seg.offset + seg.numel});
         if (r.empty()) continue;
-        kernels::Copy(master + (r.begin - sg.range.begin), DType::kF32,
-                      static_cast<const char*>(seg.params) + static_cast<size_t>(r.begin - seg.offset) * psize,
-                      opt_.param_dtype, r.size());
+        const void* src = static_cast<const char*>(seg.params) + static_cast<size_t>(r.begin - seg.offset) * psize;
+        if (store_->offloaded()) {  // the parameters are on the device: through host staging
+          CopyBytes(param_stage_.data(), Device::CPU(), src, opt_.device, static_cast<size_t>(r.size()) * psize);
+          src = param_stage_.data();
+        }
+        kernels::Copy(master + (r.begin - sg.range.begin), DType::kF32, src, opt_.param_dtype, r.size());
       }
     }
     int state = 0;
@@ -181,6 +208,44 @@ std::vector<std::pair<int, int64_t>> PartitionOptimizer::NonFiniteTensors(size_t
 }
 
 void PartitionOptimizer::Step(float grad_scale, const std::function<void(int group, int64_t end)>& progress) {
+  if (!store_->offloaded()) {
+    StepPasses(grad_scale, progress);
+    return;
+  }
+  try {
+    StepPasses(grad_scale, progress);
+  } catch (const IoError& e) {
+    // The store kept the previous step's state (a failed write-back is not committed); the working
+    // parameters written so far are put back from its master weights, so none of this step remains.
+    try {
+      RestoreParams();
+    } catch (const Error& r) {
+      ZR_THROW(IoError, "{}; putting back the previous step's parameters failed too: {}", e.what(), r.what());
+    }
+    throw;
+  }
+}
+
+void PartitionOptimizer::RestoreParams() {
+  const StateStoreLayout& l = store_->layout();
+  const size_t psize = DTypeSize(opt_.param_dtype);
+  for (int i = 0; i < l.num_sub_groups(); ++i) {
+    const StateSubGroup& sg = l.sub_groups[static_cast<size_t>(i)];
+    const PartitionGroupSpec& spec = groups_[static_cast<size_t>(sg.group)];
+    SubGroupState st = store_->Acquire(i, StateAccess::kRead);
+    const float* master = st.slots[static_cast<size_t>(master_slot_)];
+    for (const PartitionSegment& seg : spec.segments) {
+      const Range r = Intersect(sg.range, {seg.offset, seg.offset + seg.numel});
+      if (r.empty()) continue;
+      kernels::Copy(param_stage_.data(), opt_.param_dtype, master + (r.begin - sg.range.begin), DType::kF32, r.size());
+      CopyBytes(static_cast<char*>(seg.params) + static_cast<size_t>(r.begin - seg.offset) * psize, opt_.device,
+                param_stage_.data(), Device::CPU(), static_cast<size_t>(r.size()) * psize);
+    }
+    store_->Release(i);
+  }
+}
+
+void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(int group, int64_t end)>& progress) {
   const StateStoreLayout& l = store_->layout();
   const int n = l.num_sub_groups();
   std::vector<float*> state;
@@ -203,7 +268,11 @@ void PartitionOptimizer::Step(float grad_scale, const std::function<void(int gro
   if (!rule_.NeedsTensorNorms()) {
     pass(false, true, [&](int g, const Span& s, const SubGroupState& st) {
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
-      rule_.Update(g, KernelSpan(g, s, st, grad_scale), state.data());
+      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
+      void* device_params = k.param_copy;
+      StageIn(&k);
+      rule_.Update(g, k, state.data());
+      WriteBack(k, device_params);
     });
   } else {
     // Pass 1: moments and this rank's partial norms per tensor; the sums of every group are agreed in
@@ -217,7 +286,9 @@ void PartitionOptimizer::Step(float grad_scale, const std::function<void(int gro
     std::vector<double> sums(first.back(), 0.0);
     pass(true, false, [&](int g, const Span& s, const SubGroupState& st) {
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
-      const kernels::LambNorms norms = rule_.Moments(g, KernelSpan(g, s, st, grad_scale), state.data());
+      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
+      StageIn(&k);  // Moments writes no parameters: nothing to write back
+      const kernels::LambNorms norms = rule_.Moments(g, k, state.data());
       sums[first[static_cast<size_t>(g)] + static_cast<size_t>(2 * s.tensor)] += norms.param_sq;
       sums[first[static_cast<size_t>(g)] + static_cast<size_t>(2 * s.tensor + 1)] += norms.update_sq;
     });
@@ -232,8 +303,11 @@ void PartitionOptimizer::Step(float grad_scale, const std::function<void(int gro
     }
     pass(true, true, [&](int g, const Span& s, const SubGroupState& st) {
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
-      rule_.Apply(g, KernelSpan(g, s, st, grad_scale), state.data(),
-                  trust[first[static_cast<size_t>(g)] / 2 + static_cast<size_t>(s.tensor)]);
+      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
+      void* device_params = k.param_copy;
+      StageIn(&k);
+      rule_.Apply(g, k, state.data(), trust[first[static_cast<size_t>(g)] / 2 + static_cast<size_t>(s.tensor)]);
+      WriteBack(k, device_params);
     });
   }
 }

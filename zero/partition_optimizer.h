@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "zerorun/comm/communicator.h"
+#include "zerorun/core/tensor.h"
 #include "zerorun/zero/state_store.h"
 #include "zerorun/zero/update_rule.h"
 
@@ -58,7 +59,7 @@ struct PartitionOptimizerOptions {
   // Lamb: tensors are split across ranks, so the per-tensor sums are all-reduced over this (null: this
   // rank holds whole tensors).
   comm::Communicator* norm_comm = nullptr;
-  Device device = Device::CPU();
+  Device device = Device::CPU();    // where gradients and working parameters live
   StateStoreFactory store_factory;  // null: MakeResidentStateStore on `device`
 };
 
@@ -79,7 +80,9 @@ class PartitionOptimizer {
 
   // One optimizer step of every group's partition with gradients multiplied by grad_scale. After each
   // span, progress(group, end) says elements [0, end) of that group's partition are final (their
-  // working parameters written); may be null.
+  // working parameters written); may be null. With an offloaded store, an IoError from the store (a
+  // failed write-back: the store keeps the previous state) first puts the previous step's working
+  // parameters back from the store's master weights: the step is applied whole or not at all.
   void Step(float grad_scale, const std::function<void(int group, int64_t end)>& progress);
 
   StateStore& store() { return *store_; }
@@ -94,14 +97,23 @@ class PartitionOptimizer {
   };
   // The spans of sub-group i, in partition order.
   std::vector<Span> SpansOf(int i, bool by_tensor) const;
+  void StepPasses(float grad_scale, const std::function<void(int group, int64_t end)>& progress);
+  void RestoreParams();
   kernels::OptimSpan KernelSpan(int group, const Span& s, const SubGroupState& st, float grad_scale) const;
   void StatePointers(const SubGroupState& st, const Span& s, int64_t sub_begin, std::vector<float*>* out) const;
+  // Offloaded store: the span's gradients are copied into host staging and param_copy points at host
+  // staging; WriteBack copies the results to the device parameters.
+  void StageIn(kernels::OptimSpan* k);
+  void WriteBack(const kernels::OptimSpan& k, void* device_params) const;
 
   std::vector<PartitionGroupSpec> groups_;
   UpdateRule& rule_;
   PartitionOptimizerOptions opt_;
   std::unique_ptr<StateStore> store_;
   int master_slot_ = -1;  // -1: no master copy
+  // Host staging of one span's gradients and working parameters (offloaded stores only): charged to
+  // MemCategory::kPinned, sized by the largest sub-group.
+  Tensor grad_stage_, param_stage_;
   // Runs of gradients contiguous in memory (merged segments), per group: for the checks.
   struct GradRun {
     const void* grads;

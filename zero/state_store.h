@@ -103,8 +103,13 @@ class StateStore {
   virtual void Release(int sub_group) = 0;
   virtual void Flush() = 0;
   // Bytes of state this store holds in `device()` memory right now (charged to MemCategory kMaster /
-  // kOptimizer of the account current at construction).
+  // kOptimizer of the account current at construction; an offloading store: to kPinned).
   virtual int64_t resident_bytes() const = 0;
+  // True when the buffers live in host memory apart from the compute device (CPU / NVMe offload): the
+  // optimizer then copies each span's gradients into a host staging buffer and its 16-bit (or fp32)
+  // results back to the device, through the core/ device abstraction (CopyBytes), so the same code
+  // path serves the CPU device (host-to-host copies) and an accelerator.
+  virtual bool offloaded() const { return false; }
 };
 
 // Builds a store for a layout; the strategy calls it once at construction.

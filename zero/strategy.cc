@@ -56,7 +56,8 @@ void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups,
   PartitionOptimizerOptions po;
   po.grad_dtype = opt_.grad_dtype;
   po.param_dtype = opt_.param_dtype;
-  po.master_copy = opt_.param_dtype != DType::kF32;  // fp32 training: the parameters are the master
+  // fp32 training: the parameters are the master, unless the state is offloaded away from them.
+  po.master_copy = opt_.param_dtype != DType::kF32 || opt_.offload_optimizer;
   po.sub_group_size = opt_.sub_group_size;
   po.norm_comm = partitioned ? &comm_ : nullptr;
   po.device = opt_.device;

@@ -92,6 +92,9 @@ struct StrategyOptions {
   Stage3Options stage3;                          // prefetch, live, persistence, reuse, sanity checks
   // Builds the state store (null: resident in `device` memory). Offload plugs in here.
   StateStoreFactory state_store;
+  // The store is an offloading one (StateStore::offloaded): fp32 training keeps fp32 master weights
+  // in it too, apart from the parameters on `device` (as DeepSpeed's ZeRO-Offload does).
+  bool offload_optimizer = false;
 };
 
 // Where one piece of this rank's optimizer state belongs: elements [param_offset, +numel) of

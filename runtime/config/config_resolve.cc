@@ -308,7 +308,10 @@ void CheckOffload(ConfigBody& c, Collected& out) {
                                      OffloadDeviceName(o.device)));
     }
     if (o.device == OffloadDevice::kNvme && stage != 3 && stage != 0) {
-      out.Error(p + "device", Format("NVMe optimizer offload requires ZeRO stage 3; found stage {}", stage));
+      // DeepSpeed refuses it; zerorun's state store swaps a stage 1/2 partition the same way as stage 3's.
+      out.Warn(p + "device", Format("NVMe optimizer offload at ZeRO stage {}: DeepSpeed accepts it only at stage 3 "
+                                    "(zerorun swaps a stage 1/2 partition as it does stage 3's)",
+                                    stage));
     }
     if (o.ratio < 1.0 && stage != 3) {
       out.Error(p + "ratio", Format("Partial offloading only supported for ZeRO Stage 3; found ratio {} at stage {}",

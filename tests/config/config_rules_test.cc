@@ -164,8 +164,8 @@ TEST_SUITE("unit") {
     CHECK(Errors(Z(R"("stage": 2, "offload_param": {"device": "none"})")).empty());
     CHECK(Has(Errors(Z(R"("stage": 0, "offload_optimizer": {"device": "cpu"})")),
               "zero_optimization.offload_optimizer.device", "stage 1, 2 or 3; found stage 0"));
-    CHECK(Has(Errors(Z(R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"})")),
-              "zero_optimization.offload_optimizer.device", "NVMe optimizer offload requires ZeRO stage 3"));
+    // DeepSpeed refuses NVMe optimizer offload below stage 3; zerorun accepts it (with a warning).
+    CHECK(Errors(Z(R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"})")).empty());
     CHECK(Has(Errors(Z(R"("stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5})")),
               "zero_optimization.offload_optimizer.ratio", "Partial offloading only supported for ZeRO Stage 3"));
     CHECK(Errors(Z(R"("stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5})")).empty());

@@ -1,0 +1,14 @@
+// The config's offload_optimizer section as the ZeRO strategy's state store (zero/state_store.h):
+// none -> null (resident in device memory), cpu -> offload/host_state_store.h. One place, so the
+// engine and the tools read the keys the same way.
+#pragma once
+
+#include "zerorun/runtime/config/config.h"
+#include "zerorun/zero/state_store.h"
+
+namespace zerorun::runtime {
+
+// Null for offload_optimizer.device none.
+zero::StateStoreFactory OptimizerStateStoreFromConfig(const Config& config, int rank);
+
+}  // namespace zerorun::runtime

@@ -1,0 +1,134 @@
+// CPU optimizer offload (offload_optimizer.device "cpu", ZeRO-Offload): the fp32 master weights and
+// optimizer state live in host buffers of offload/host_state_store.h, gradients are staged to the
+// host, the fused optimizer steps there and the results come back — the same arithmetic, so losses
+// and parameters are bitwise those of training without offload, at stages 1-3, 1-3 ranks, fp32 / bf16 /
+// fp16, with gradient accumulation, over 20 steps. The memory account shows the state as pinned host
+// memory and none of it as device master/optimizer memory.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "engine_test_util.h"
+#include "zerorun/runtime/engine_validate.h"
+#include "zerorun/zero/strategy.h"
+
+using namespace zrtest;
+
+namespace {
+
+const char* kCpuOffload = R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+
+void CheckCpuOffloadBitwise(DType dtype) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int world = 1; world <= 3; ++world) {
+      CAPTURE(stage);
+      CAPTURE(world);
+      RunSpec s;
+      s.world = world;
+      s.stage = stage;
+      s.micro = 2;
+      s.gas = 2;
+      s.steps = 20;
+      s.dtype = dtype;
+      s.zero_json = R"(, "sub_group_size": 300)";  // several sub-groups per partition
+      const RunResult none = Train(s);
+      s.zero_json += kCpuOffload;
+      const RunResult cpu = Train(s);
+      REQUIRE(none.losses.size() == 20);
+      CHECK(cpu.losses == none.losses);
+      CHECK(cpu.skipped == none.skipped);
+      CHECK(cpu.scales == none.scales);
+      for (int r = 0; r < world; ++r) {
+        CHECK(cpu.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+
+TEST_CASE("cpu offload: bitwise equal to no offload, fp32, stages 1-3 x 1-3 ranks, accumulation, 20 steps") {
+  CheckCpuOffloadBitwise(DType::kF32);
+}
+
+TEST_CASE("cpu offload: bitwise equal to no offload, bf16, stages 1-3 x 1-3 ranks, accumulation, 20 steps") {
+  CheckCpuOffloadBitwise(DType::kBF16);
+}
+
+TEST_CASE("cpu offload: bitwise equal to no offload, fp16, stages 1-3 x 1-3 ranks, accumulation, 20 steps") {
+  CheckCpuOffloadBitwise(DType::kF16);
+}
+
+TEST_CASE("cpu offload: the state is pinned host memory, not device master/optimizer memory") {
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (const char* pin : {"true", "false"}) {
+      CAPTURE(stage);
+      CAPTURE(pin);
+      RunSpec s;
+      s.world = 1;
+      s.stage = stage;
+      s.micro = 2;
+      s.dtype = DType::kBF16;
+      s.zero_json = Format(R"(, "offload_optimizer": {{"device": "cpu", "pin_memory": {}}})", pin);
+      runtime::Config cfg = LoadSpecConfig(s);
+      comm::RunLocalRanks(1, [&](comm::Communicator& c) {
+        gpt::Gpt model(TinyGpt(DType::kBF16));
+        model.Initialize(3);
+        runtime::Engine engine(model, cfg, c);
+        auto [x, y] = MicroBatch(0, 0, 0, 1, 2, 1, 8, 16);
+        engine.Forward(x, y);
+        engine.Backward();
+        engine.Step();
+        const zero::StateStore& store = engine.zero_strategy().state_store();
+        CHECK(store.offloaded());
+        MemoryAccount& m = engine.memory();
+        const int64_t state = store.resident_bytes();
+        // master + exp_avg + exp_avg_sq of every partition element, 4 bytes each (pinned: page-rounded).
+        const int64_t numel = [&] {
+          int64_t n = 0;
+          for (int64_t g : store.layout().group_numels) n += g;
+          return n;
+        }();
+        CHECK(state >= 12 * numel);
+        if (std::string(pin) == "true") {
+          CHECK(store.placement() == "cpu (pinned host memory)");
+          CHECK(m.Current(MemCategory::kMaster) == 0);
+          CHECK(m.Current(MemCategory::kOptimizer) == 0);
+          // The state, plus one span's staging of gradients and parameters.
+          CHECK(m.Current(MemCategory::kPinned) >= state);
+          CHECK(m.Current(MemCategory::kPinned) <= state + 4 * store.layout().LargestSubGroupNumel() + 8192);
+        } else {
+          CHECK(store.placement() == "cpu (pageable host memory)");
+          CHECK(m.Current(MemCategory::kMaster) == 4 * numel);
+          CHECK(m.Current(MemCategory::kOptimizer) == 8 * numel);
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("cpu offload: refused by name at stage 0, with ratio < 1, with super_offload") {
+  auto problem = [](const std::string& zero, int stage) {
+    RunSpec s;
+    s.stage = stage;
+    s.zero_json = zero;
+    try {
+      runtime::Config cfg = LoadSpecConfig(s);
+      runtime::ValidateForEngine(cfg, 1);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(problem(kCpuOffload, 0).find("offload_optimizer.device") != std::string::npos);
+  const std::string ratio = problem(R"(, "offload_optimizer": {"device": "cpu", "ratio": 0.5})", 3);
+  CHECK(ratio.find("zero_optimization.offload_optimizer.ratio") != std::string::npos);
+  CHECK(ratio.find("partial optimizer offload") != std::string::npos);
+  const std::string super = problem(R"(, "offload_optimizer": {"device": "cpu", "super_offload": true})", 3);
+  CHECK(super.find("zero_optimization.offload_optimizer.super_offload") != std::string::npos);
+  CHECK(problem(kCpuOffload, 2).empty());
+}
+
+}  // TEST_SUITE
