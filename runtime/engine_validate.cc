@@ -43,11 +43,6 @@ std::vector<ConfigIssue> EngineConfigProblems(const Config& config, int world_si
                                 "optimizer), e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4}}"});
   }
   for (ConfigIssue& i : UnsupportedKeys(config)) out.push_back(std::move(i));
-  if (config.zero_optimization.OptimizerOffload() == OffloadDevice::kNvme) {
-    out.push_back({"zero_optimization.offload_optimizer.device",
-                   "\"nvme\" is not supported by zerorun yet: the NVMe swapping state store is not implemented (issue "
-                   "#14); \"cpu\" offload is"});
-  }
   if (config.scheduler.type != SchedulerKind::kNone) {
     ProbeTarget probe(config.optimizer.Lr());
     try {

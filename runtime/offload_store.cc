@@ -1,13 +1,30 @@
 // offload_optimizer -> a state-store factory.
 #include "zerorun/runtime/offload_store.h"
 
+#include <algorithm>
+
 #include "zerorun/core/error.h"
 #include "zerorun/offload/host_state_store.h"
+#include "zerorun/offload/nvme_state_store.h"
+#include "zerorun/runtime/aio_options.h"
 
 namespace zerorun::runtime {
 
+offload::NvmeStateStoreOptions NvmeStoreOptionsFromConfig(const Config& config, int rank) {
+  const OffloadOptimizerConfig& oc = *config.zero_optimization.offload_optimizer;
+  offload::NvmeStateStoreOptions o;
+  o.dir.nvme_path = oc.nvme_path.value_or("");
+  o.dir.config_key = "zero_optimization.offload_optimizer.nvme_path";
+  o.dir.rank = rank;
+  o.io = IoEngineOptionsFromConfig(config.aio, rank);
+  o.buffer_count = static_cast<int>(std::min<int64_t>(oc.buffer_count, 1 << 20));
+  o.pipeline_read = oc.pipeline_read;
+  o.pipeline_write = oc.pipeline_write;
+  o.fast_init = oc.fast_init;
+  return o;
+}
+
 zero::StateStoreFactory OptimizerStateStoreFromConfig(const Config& config, int rank) {
-  (void)rank;
   const ZeroConfig& z = config.zero_optimization;
   switch (z.OptimizerOffload()) {
     case OffloadDevice::kNone: return nullptr;
@@ -16,9 +33,14 @@ zero::StateStoreFactory OptimizerStateStoreFromConfig(const Config& config, int 
       o.pin_memory = z.offload_optimizer->pin_memory;
       return [o](zero::StateStoreLayout layout) { return offload::MakeHostStateStore(std::move(layout), o); };
     }
-    case OffloadDevice::kNvme: break;
+    case OffloadDevice::kNvme: {
+      const offload::NvmeStateStoreOptions o = NvmeStoreOptionsFromConfig(config, rank);
+      return [o](zero::StateStoreLayout layout) -> std::unique_ptr<zero::StateStore> {
+        return offload::MakeNvmeStateStore(std::move(layout), o);
+      };
+    }
   }
-  ZR_THROW(ConfigError, "zero_optimization.offload_optimizer.device: nvme is not implemented yet (issue #14)");
+  ZR_THROW(ConfigError, "zero_optimization.offload_optimizer.device: unknown device");
 }
 
 }  // namespace zerorun::runtime

@@ -240,6 +240,8 @@ int RunEstimate(int argc, char** argv) {
       in.max_live_numel = zc.max_live_parameters;
       in.max_reuse_distance = zc.max_reuse_distance;
       in.persistence_threshold = zc.param_persistence_threshold;
+      in.sub_group_numel = zc.sub_group_size;
+      if (zc.offload_optimizer) in.nvme_buffer_count = zc.offload_optimizer->buffer_count;
       source = file;
     } catch (const rt::ConfigLoadError& e) {
       for (const rt::ConfigIssue& i : e.issues()) std::cerr << i.ToString() << "\n";
@@ -325,9 +327,10 @@ int RunEstimate(int argc, char** argv) {
      << (activations ? " + activations " + zerorun::FormatBytes(static_cast<double>(act)) : "") << ".\n";
   if (!activations) os << "  Activations are not included (pass --activations BYTES to add them to the peak).\n";
   os << "  optimizer→cpu: fp32 master and optimizer state in host memory (the host column); gradients stay.\n"
-     << "  * not implemented yet (NVMe optimizer offload, parameter offload): these rows estimate DeepSpeed's\n"
-     << "    placement (fp32 master, optimizer state and an fp32 gradient partition off the device; stage-3\n"
-     << "    params too).\n";
+     << "  optimizer→nvme: both in the swap file, two slots per sub-group (nvme); in host memory buffer_count\n"
+     << "    buffers of one sub-group (sub_group_size) each.\n"
+     << "  * not implemented yet (parameter offload): these rows estimate DeepSpeed's placement (fp32\n"
+     << "    master, optimizer state and an fp32 gradient partition off the device; stage-3 params too).\n";
   if (budget) {
     os << "  Budget " << zerorun::FormatBytes(static_cast<double>(*budget)) << ": "
        << (any_fit        ? "the rows marked yes fit."

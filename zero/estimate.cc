@@ -146,9 +146,6 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
   if (offload_optimizer != OffloadTarget::kNone && stage == 0) {
     ZR_THROW(InvalidArgument, "estimate: optimizer offload needs ZeRO stage 1-3");
   }
-  if (offload_optimizer == OffloadTarget::kNvme && stage != 3) {
-    ZR_THROW(InvalidArgument, "estimate: NVMe optimizer offload needs ZeRO stage 3");
-  }
   if (offload_param != OffloadTarget::kNone && (stage != 3 || offload_optimizer == OffloadTarget::kNone)) {
     ZR_THROW(InvalidArgument, "estimate: parameter offload needs ZeRO stage 3 with optimizer offload");
   }
@@ -156,7 +153,7 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
   e.stage = stage;
   e.offload_optimizer = offload_optimizer;
   e.offload_param = offload_param;
-  e.implemented = offload_optimizer != OffloadTarget::kNvme && offload_param == OffloadTarget::kNone;
+  e.implemented = offload_param == OffloadTarget::kNone;
 
   const int64_t n = in.world_size;
   const int64_t p = in.param_bytes, g = in.grad_bytes, c = in.comm_bytes, k = in.optimizer_state_bytes;
@@ -229,9 +226,21 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     e.host_bytes += 4 * own + k * own;
     e.master_bytes = 0;
     e.optimizer_bytes = 0;
+  } else if (offload_optimizer == OffloadTarget::kNvme && offload_param == OffloadTarget::kNone) {
+    // zerorun (offload/nvme_state_store.h): master and state of every sub-group in two slots of the
+    // swap file (the committed step and the one being written); in host memory only buffer_count
+    // buffers of one sub-group each (a sub-group may pass sub_group_size by less than one unit: a
+    // bucket slice or a parameter shard). Gradients stay, as with cpu.
+    const int64_t per = 4 + k;
+    const int64_t sub = std::min(own, std::max<int64_t>(1, in.sub_group_numel));
+    const int64_t subs = (own + sub - 1) / sub;
+    e.nvme_bytes += 2 * per * own;
+    e.host_bytes += per * sub * std::min(std::max<int64_t>(1, in.nvme_buffer_count), std::max<int64_t>(1, subs));
+    e.master_bytes = 0;
+    e.optimizer_bytes = 0;
   } else if (offload_optimizer == OffloadTarget::kNvme) {
-    // As DeepSpeed makes it (reference §5.5): master and state on NVMe, the gradient partition in a
-    // pinned fp32 host buffer.
+    // With parameter offload (not implemented): DeepSpeed's placement (reference §5.5), master and
+    // state on NVMe, the gradient partition in a pinned fp32 host buffer.
     e.nvme_bytes += 4 * own + k * own;
     e.master_bytes = 0;
     e.optimizer_bytes = 0;

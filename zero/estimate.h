@@ -38,6 +38,10 @@ struct EstimateInput {
   // reduce_bucket_size: the gradient buckets of stages 0-2 (whole tensors up to this many elements);
   // stage 3 holds full gradients until a bucket of this many padded elements is packed.
   int64_t reduce_bucket_numel = 500'000'000;
+  // NVMe optimizer offload (offload/nvme_state_store.h): the optimizer's sub-group (sub_group_size)
+  // and the host buffers swapping it (offload_optimizer.buffer_count).
+  int64_t sub_group_numel = 1'000'000'000;
+  int64_t nvme_buffer_count = 4;
   bool round_robin = false;  // round_robin_gradients (stages 1/2: the tensor order the buckets are cut in)
 };
 
@@ -55,7 +59,7 @@ struct StageEstimate {
   int stage = 0;
   OffloadTarget offload_optimizer = OffloadTarget::kNone;
   OffloadTarget offload_param = OffloadTarget::kNone;
-  bool implemented = true;         // zerorun trains it today (CPU optimizer offload: yes; NVMe, params: not yet)
+  bool implemented = true;         // zerorun trains it today (optimizer offload: yes; parameter offload: not yet)
   // Model states resident on the device between steps (the engine's MemCategory current values).
   int64_t params_bytes = 0;        // 16-bit (or fp32) working parameters, incl. stage-3 persistent ones
   int64_t grads_bytes = 0;
@@ -79,8 +83,8 @@ inline constexpr int64_t kMaxEstimateParams = 100'000'000'000'000;  // 1e14
 // zerorun::InvalidArgument naming the field.
 void ValidateEstimateInput(const EstimateInput& in);
 
-// One choice. Offload is accepted where DeepSpeed allows it: optimizer offload at stages 1-3 (NVMe
-// only at stage 3), parameter offload only at stage 3 together with optimizer offload.
+// One choice. Optimizer offload at stages 1-3 (cpu or nvme: zerorun swaps at stages 1/2 too, which
+// DeepSpeed does not), parameter offload only at stage 3 together with optimizer offload.
 StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget offload_optimizer = OffloadTarget::kNone,
                             OffloadTarget offload_param = OffloadTarget::kNone);
 // Every stage 0-3 without offload, then each offload choice of stages 1-3.

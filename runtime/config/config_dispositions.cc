@@ -182,8 +182,8 @@ const std::vector<KeyDisposition> kTable = {
     {"zero_optimization.offload_param.max_in_cpu", kFollows, kParamOffload},
     {"zero_optimization.offload_param.pin_memory", kFollows, kParamOffload},
     {"zero_optimization.offload_optimizer.device", kActed,
-     "zero/ state store: cpu holds master weights and optimizer state in host buffers (offload/host_state_store.h); "
-     "nvme is refused by the engine until its swapper lands (issue #14)"},
+     "zero/ state store: cpu holds master weights and optimizer state in host buffers (offload/host_state_store.h), "
+     "nvme swaps them sub-group by sub-group through swap files (offload/nvme_state_store.h)"},
     {"zero_optimization.offload_optimizer.nvme_path", kFollows, kOptOffload},
     {"zero_optimization.offload_optimizer.buffer_count", kFollows, kOptOffload},
     {"zero_optimization.offload_optimizer.pin_memory", kFollows, kOptOffload},

@@ -313,6 +313,11 @@ void CheckOffload(ConfigBody& c, Collected& out) {
                                     "(zerorun swaps a stage 1/2 partition as it does stage 3's)",
                                     stage));
     }
+    if (o.device == OffloadDevice::kNvme && !o.pin_memory) {
+      out.Warn(p + "pin_memory", "false has no effect with device \"nvme\": the swap buffers are always page-aligned "
+                                 "and locked where RLIMIT_MEMLOCK allows (O_DIRECT and registered io_uring buffers "
+                                 "need them)");
+    }
     if (o.ratio < 1.0 && stage != 3) {
       out.Error(p + "ratio", Format("Partial offloading only supported for ZeRO Stage 3; found ratio {} at stage {}",
                                     FormatDouble(o.ratio), stage));

@@ -6,10 +6,16 @@
 // memory and none of it as device master/optimizer memory.
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
 #include "engine_test_util.h"
+#include "zerorun/offload/nvme_state_store.h"
 #include "zerorun/runtime/engine_validate.h"
+#include "zerorun/zero/estimate.h"
 #include "zerorun/zero/strategy.h"
 
 using namespace zrtest;
@@ -129,6 +135,162 @@ TEST_CASE("cpu offload: refused by name at stage 0, with ratio < 1, with super_o
   const std::string super = problem(R"(, "offload_optimizer": {"device": "cpu", "super_offload": true})", 3);
   CHECK(super.find("zero_optimization.offload_optimizer.super_offload") != std::string::npos);
   CHECK(problem(kCpuOffload, 2).empty());
+}
+
+}  // TEST_SUITE
+
+// ---- NVMe optimizer offload -----------------------------------------------------------------------
+
+namespace {
+
+// A fresh directory under TMPDIR (or /tmp) for swap files, removed afterwards.
+class SwapTemp {
+ public:
+  SwapTemp() {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/zerorun-nvme-engine-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~SwapTemp() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string NvmeJson(const std::string& path, bool pipeline, int buffers = 2) {
+  return Format(R"(, "offload_optimizer": {{"device": "nvme", "nvme_path": "{}", "buffer_count": {},
+                 "pipeline_read": {}, "pipeline_write": {}}})",
+                path, buffers, pipeline ? "true" : "false", pipeline ? "true" : "false");
+}
+
+void CheckNvmeOffloadBitwise(DType dtype) {
+  SwapTemp dir;
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int world = 1; world <= 3; ++world) {
+      CAPTURE(stage);
+      CAPTURE(world);
+      RunSpec s;
+      s.world = world;
+      s.stage = stage;
+      s.micro = 2;
+      s.gas = 2;
+      s.steps = 20;
+      s.dtype = dtype;
+      s.zero_json = R"(, "sub_group_size": 300)";
+      const RunResult none = Train(s);
+      s.zero_json += NvmeJson(dir.path(), (stage + world) % 2 == 0);  // pipelined or not, alternately
+      const RunResult nvme = Train(s);
+      REQUIRE(none.losses.size() == 20);
+      CHECK(nvme.losses == none.losses);
+      CHECK(nvme.skipped == none.skipped);
+      for (int r = 0; r < world; ++r) {
+        CHECK(nvme.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
+      }
+    }
+  }
+  CHECK(std::filesystem::is_empty(dir.path()));  // every job removed its swap directory
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+
+TEST_CASE("nvme offload: bitwise equal to no offload, fp32, stages 1-3 x 1-3 ranks, accumulation, 20 steps") {
+  CheckNvmeOffloadBitwise(DType::kF32);
+}
+
+TEST_CASE("nvme offload: bitwise equal to no offload, bf16, stages 1-3 x 1-3 ranks, accumulation, 20 steps") {
+  CheckNvmeOffloadBitwise(DType::kBF16);
+}
+
+TEST_CASE("nvme offload: bitwise equal to no offload, fp16, stages 1-3 x 1-3 ranks, accumulation, 20 steps") {
+  CheckNvmeOffloadBitwise(DType::kF16);
+}
+
+TEST_CASE("nvme offload: host memory for the state is buffer_count sub-groups, as the estimator says; it swaps") {
+  SwapTemp dir;
+  for (int stage = 1; stage <= 3; ++stage) {
+    CAPTURE(stage);
+    RunSpec s;
+    s.world = 2;
+    s.stage = stage;
+    s.micro = 2;
+    s.dtype = DType::kBF16;
+    s.zero_json = R"(, "sub_group_size": 300)" + NvmeJson(dir.path(), true, 3);
+    runtime::Config cfg = LoadSpecConfig(s);
+    comm::RunLocalRanks(2, [&](comm::Communicator& c) {
+      gpt::Gpt model(TinyGpt(DType::kBF16));
+      model.Initialize(3);
+      runtime::Engine engine(model, cfg, c);
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = MicroBatch(step, 0, c.rank(), 2, 2, 1, 8, 16);
+        engine.Forward(x, y);
+        engine.Backward();
+        engine.Step();
+      }
+      zero::StateStore& store = engine.zero_strategy().state_store();
+      auto* nvme = dynamic_cast<offload::NvmeStateStore*>(&store);
+      REQUIRE(nvme != nullptr);
+      const offload::NvmeStateStoreStats st = nvme->stats();
+      const zero::StateStoreLayout& l = store.layout();
+      CHECK(l.num_sub_groups() > 3);  // more sub-groups than buffers: it must swap
+      CHECK(st.buffers == 3);
+      CHECK(st.swap_ins > 0);
+      CHECK(st.swap_outs >= 4 * l.num_sub_groups());  // initial write-out + one per step
+      CHECK(st.file.find("/rank" + std::to_string(c.rank()) + "/") != std::string::npos);
+      // Host memory of the state: the three buffers, nothing else (master and optimizer: 0 B).
+      MemoryAccount& m = engine.memory();
+      CHECK(m.Current(MemCategory::kMaster) == 0);
+      CHECK(m.Current(MemCategory::kOptimizer) == 0);
+      CHECK(store.resident_bytes() == offload::NvmeStateStoreHostBytes(l, 3));
+      // pinned = the buffers + one footer block per swap-file slot + the optimizer's staging.
+      const int64_t staging = 2 * 2 * l.LargestSubGroupNumel();
+      CHECK(m.Current(MemCategory::kPinned) <= store.resident_bytes() + 2 * l.num_sub_groups() * 4096 + staging + 8192);
+      CHECK(m.Current(MemCategory::kPinned) >= store.resident_bytes());
+      // The estimator: buffer_count × sub_group_size × (master + 2 moments), up to one unit per buffer
+      // (a sub-group closes once it reaches sub_group_size) and the 4 KiB rounding.
+      zero::EstimateInput in;
+      int64_t own = 0;
+      for (int64_t g : l.group_numels) own += g;
+      in.groups = {{own * 2}};
+      in.world_size = 2;
+      in.sub_group_numel = 300;
+      in.nvme_buffer_count = 3;
+      const zero::StageEstimate e = zero::EstimateStage(in, 3, zero::OffloadTarget::kNvme);
+      CHECK(e.host_bytes == 3 * 12 * 300);
+      CHECK(store.resident_bytes() >= e.host_bytes);
+      CHECK(store.resident_bytes() <= 3 * 12 * l.LargestSubGroupNumel() + 3 * 4096);
+    });
+  }
+}
+
+TEST_CASE("nvme offload: nvme_path missing or not a directory -> an IoError naming the key at engine construction") {
+  SwapTemp dir;
+  for (const std::string& path : {dir.path() + "/missing", std::string("/proc/version")}) {
+    RunSpec s;
+    s.stage = 2;
+    s.micro = 2;
+    s.zero_json = NvmeJson(path, false);
+    runtime::Config cfg = LoadSpecConfig(s);
+    std::string msg;
+    comm::RunLocalRanks(1, [&](comm::Communicator& c) {
+      gpt::Gpt model(TinyGpt(DType::kF32));
+      model.Initialize(3);
+      try {
+        runtime::Engine engine(model, cfg, c);
+      } catch (const IoError& e) {
+        msg = e.what();
+      }
+    });
+    CAPTURE(msg);
+    CHECK(msg.find("zero_optimization.offload_optimizer.nvme_path") != std::string::npos);
+    CHECK(msg.find(path) != std::string::npos);
+  }
 }
 
 }  // TEST_SUITE

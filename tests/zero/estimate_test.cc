@@ -185,7 +185,18 @@ TEST_CASE("estimate: offload moves master and optimizer state (and params) off t
   StageEstimate o3c = EstimateStage(in, 3, OffloadTarget::kCpu);
   CHECK(o3c.ModelStateBytes() == 4 * psi / 4);  // 16-bit parameter and gradient shards stay
   CHECK_THROWS_AS(EstimateStage(in, 0, OffloadTarget::kCpu), InvalidArgument);
-  CHECK_THROWS_AS(EstimateStage(in, 2, OffloadTarget::kNvme), InvalidArgument);
+  // NVMe optimizer offload (zerorun: stages 1-3): two slots of master + state per element on NVMe,
+  // buffer_count sub-groups of them in host memory.
+  in.sub_group_numel = 300;
+  in.nvme_buffer_count = 2;
+  StageEstimate n2 = EstimateStage(in, 2, OffloadTarget::kNvme);
+  CHECK(n2.implemented);
+  CHECK(n2.nvme_bytes == 2 * 12 * psi / 4);
+  CHECK(n2.host_bytes == 2 * 12 * 300);
+  CHECK(n2.ModelStateBytes() == o2.ModelStateBytes());
+  in.nvme_buffer_count = 100;  // more buffers than sub-groups (7 of at most 300 elements)
+  CHECK(EstimateStage(in, 2, OffloadTarget::kNvme).host_bytes == 7 * 12 * 300);
+  in.sub_group_numel = 1'000'000'000;
   CHECK_THROWS_AS(EstimateStage(in, 3, OffloadTarget::kNone, OffloadTarget::kCpu), InvalidArgument);
   CHECK(EstimateAll(in).size() == 10);
 }
