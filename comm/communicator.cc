@@ -399,6 +399,14 @@ Work Communicator::Submit(OpDesc op) {
   std::lock_guard<std::mutex> lock(mu_);
   op.seq = ++seq_;
   last_op_ = static_cast<int>(op.op);
+  if (!aborted_.load() && !stop_) {
+    try {
+      OnSubmit(op);
+    } catch (...) {
+      --seq_;
+      throw;
+    }
+  }
   work->desc = op;
   if (aborted_.load()) {
     work->done = true;

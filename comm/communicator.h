@@ -135,6 +135,9 @@ struct OpDesc {
   // A p2p op may leave completion for later: the backend sets `poll`, which returns true once done
   // (and throws on failure); the executor calls it between ops.
   std::function<bool()> poll;
+  // What a device backend's OnSubmit leaves for its Execute (e.g. the event that orders the op after
+  // the work the submitting thread had enqueued).
+  std::shared_ptr<void> backend_state;
   std::string Describe(int rank, int size, const std::string& group) const;
 };
 
@@ -214,6 +217,11 @@ class Communicator {
   // Runs on the executor thread, in submission order; throws CommError/TimeoutError on failure.
   // Must return or throw by op.deadline and promptly after Abort (poll aborted()).
   virtual void Execute(OpDesc& op) = 0;
+  // Runs on the submitting thread once the op is checked, before it is queued (the op's seq is set):
+  // a device-memory backend records here where the submitting thread's stream stands, so the op is
+  // ordered after the kernels that produced its inputs and before nothing else. Throwing fails the
+  // call (nothing is queued). Default: nothing.
+  virtual void OnSubmit(OpDesc& op) { (void)op; }
   // Creates this backend's communicator for the members of one Split color (called on every member,
   // in rank order of the new group; `new_name` is unique per split and color).
   virtual std::unique_ptr<Communicator> CreateSubgroup(const std::string& new_name,

@@ -8,6 +8,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
+#include "zerorun/kernels/ops.h"
 #include "zerorun/runtime/engine_internal.h"
 #include "zerorun/runtime/engine_settings.h"
 #include "zerorun/runtime/engine_validate.h"
@@ -17,13 +18,25 @@ namespace zerorun::runtime {
 
 // ---- the model's parameters as zero/ sees them ---------------------------------------------------
 
+namespace {
+// out <- src, converting the dtype on the host when they are on different devices (a copy between
+// devices moves bytes only).
+void CopyConverting(const Tensor& out, const Tensor& src) {
+  if (out.device() == src.device() || out.dtype() == src.dtype()) {
+    out.CopyFrom(src);
+  } else {
+    out.CopyFrom(src.To(out.dtype()));
+  }
+}
+}  // namespace
+
 void EngineParamHost::ReadInitial(int id, int64_t offset, const Tensor& out) {
   const nn::Parameter& p = P(id);
   const int64_t n = out.numel();
   ZR_CHECK(offset >= 0 && offset + n <= p.numel(), "elements [{}, {}) of {} ({} elements)", offset, offset + n,
            p.name(), p.numel());
   if (!init_seed_) {
-    out.CopyFrom(p.engine_data().Flatten().View(offset, {n}));
+    CopyConverting(out, p.engine_data().Flatten().View(offset, {n}));
     return;
   }
   // From the recipe: only these elements are ever computed (position-stable in seed, name, index).
@@ -31,7 +44,7 @@ void EngineParamHost::ReadInitial(int id, int64_t offset, const Tensor& out) {
                       ? out
                       : Tensor::Empty({n}, DType::kF32, Device::CPU(), MemCategory::kOther);
   nn::FillInit(p.init(), p.shape(), *init_seed_, p.name(), offset, values.data_as<float>(), n);
-  if (values.data() != out.data()) out.CopyFrom(values);
+  if (values.data() != out.data()) CopyConverting(out, values);
 }
 
 Tensor EngineParamHost::Value(int id) const {
@@ -129,6 +142,8 @@ void Engine::Init() {
   ZR_CHECK(comm_ != nullptr, "Engine needs a communicator");
   ScopedMemoryAccount scope(&account_);
   impl_ = std::make_unique<Impl>();
+  impl_->device = comm_->device();
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
   ValidateForEngine(config_, comm_->size());  // the checks `zerorun-config check` runs too
   ApplyProcessSettings(config_, *comm_);       // log_level, comms_logger
   model_dtype_ = config_.ModelDType();
@@ -215,14 +230,22 @@ bool Engine::IsGradientAccumulationBoundary() const {
   return (micro_steps_ + 1) % gas == 0;
 }
 
+Tensor OnDevice(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  Tensor d = Tensor::Empty(t.shape(), t.dtype(), device, MemCategory::kActivations);
+  d.CopyFrom(t);
+  return d;
+}
+
 float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   ScopedMemoryAccount scope(&account_);
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "forward");
   model_.Train();
   impl_->grads_seen.clear();
   impl_->strategy->BeginForward(IsGradientAccumulationBoundary());
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
-  last_loss_ = model_.ForwardLoss(AutoCastInput(config_, inputs), targets);
+  last_loss_ = model_.ForwardLoss(OnDevice(AutoCastInput(config_, inputs), impl_->device), OnDevice(targets, impl_->device));
   impl_->strategy->EndForward();
   forward_pending_ = true;
   return last_loss_;
@@ -231,6 +254,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
 void Engine::Backward() {
   if (!forward_pending_) ZR_THROW(InvalidArgument, "Engine::Backward without a preceding Forward");
   ScopedMemoryAccount scope(&account_);
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "backward");
   forward_pending_ = false;
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
@@ -269,10 +293,14 @@ void Engine::CheckUnusedParameters() {
   impl_->unused_reported = true;
 }
 
-void Engine::ZeroGrad() { impl_->strategy->ZeroGrads(); }
+void Engine::ZeroGrad() {
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
+  impl_->strategy->ZeroGrads();
+}
 
 StepResult Engine::Step() {
   ScopedMemoryAccount scope(&account_);
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
   StepResult r;
   if (IsGradientAccumulationBoundary()) {
     ScopedTimer timer(timers_, "step");
@@ -310,6 +338,7 @@ void Engine::Impl::VisitFullParameters(zero::ParamCoordinator::Purpose purpose,
 
 std::vector<Tensor> Engine::GatherParameters() {
   ScopedMemoryAccount scope(&account_);
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
   std::vector<Tensor> out;
   impl_->VisitFullParameters(zero::ParamCoordinator::Purpose::kGatherParameters, model_.Parameters(),
                              [&](nn::Parameter*, const Tensor& value) {

@@ -42,6 +42,10 @@ class EngineParamHost final : public zero::ParamHost {
 };
 
 struct Engine::Impl {
+  // Where the model, gradients, buckets and the resident optimizer state live: the communicator's
+  // device. Every engine entry runs the kernels of kernels/ops.h there (a KernelDeviceScope on its
+  // default stream); inputs on another device are copied there first.
+  Device device;
   std::unique_ptr<EngineParamHost> host;
   std::unordered_map<nn::Parameter*, int> param_id;        // every parameter of the model -> zero/'s id
   std::unordered_map<const nn::Module*, int> module_id;    // modules with parameters, in first-use order
@@ -65,6 +69,9 @@ struct Engine::Impl {
   void VisitFullParameters(zero::ParamCoordinator::Purpose purpose, const std::vector<nn::Parameter*>& params,
                            const std::function<void(nn::Parameter*, const Tensor&)>& fn);
 };
+
+// `t` on `device`: itself when it is there already, else a copy (charged to activations).
+Tensor OnDevice(const Tensor& t, Device device);
 
 // fp16 → DeepSpeed's dynamic (or static) scaler from the fp16 section; bf16/fp32 → static 1.
 LossScaler MakeLossScaler(const Config& config);

@@ -34,6 +34,9 @@ struct GptConfig {
   DType dtype = DType::kF32;      // parameters and activations (fp32 accumulation everywhere)
   int32_t ignore_index = -100;    // targets equal to this do not count
   nn::MlpActivation activation = nn::MlpActivation::kGeluTanh;
+  // The attention kernel op (kernels::AttentionForward/Backward) on the CPU too; device tensors always
+  // take it (the CPU's composed per-head GEMM path loops over host memory).
+  bool fused_attention = false;
 
   std::string ToString() const {
     return Format("GPT(n_layer={}, n_head={}, d_model={}, vocab={}, seq_len={}, dropout={}, tied={}, {})", n_layer,
@@ -61,6 +64,7 @@ class Gpt final : public nn::LossModule {
     bo.attention.bias = c.bias;
     bo.attention.dropout = c.dropout;
     bo.attention.dtype = c.dtype;
+    bo.attention.fused_kernel = c.fused_attention;
     bo.attention.weight_init = nn::Init::Gpt2();
     bo.attention.proj_init = nn::Init::Gpt2Residual(static_cast<int>(c.n_layer));
     bo.mlp.activation = c.activation;

@@ -7,8 +7,10 @@ namespace zerorun::nn {
 
 namespace {
 void CheckFloat(const Module& m, const Tensor& x) {
-  if (!x.defined() || !IsFloating(x.dtype()) || x.dtype() == DType::kF64 || !x.device().is_cpu()) {
-    ZR_THROW(InvalidArgument, "{}: expected a fp32/fp16/bf16 CPU tensor, got {}", m.Describe(),
+  if (!x.defined() || !IsFloating(x.dtype()) || x.dtype() == DType::kF64 ||
+      x.device() != kernels::KernelDevice()) {
+    ZR_THROW(InvalidArgument, "{}: expected a fp32/fp16/bf16 tensor on {}, got {}", m.Describe(),
+             kernels::KernelDevice().ToString(),
              x.defined() ? x.ToString() : std::string("an undefined tensor"));
   }
 }

@@ -100,7 +100,9 @@ Tensor CausalSelfAttention::OnForward(const Tensor& x) {
   Tensor qkv = qkv_->Forward(x);  // (B, T, 3C)
   Tensor y = NewActivation({B, T, C}, dtype_);
   Tensor att = NewActivation({B, NH, T, T}, DType::kF32);
-  if (fused_) {
+  // The composed path loops over host memory; device tensors take the kernel op (the device's table).
+  const bool x_is_host = x.device().is_cpu();
+  if (fused_ || !x_is_host) {
     kernels::AttentionForward(y.data(), att.data_as<float>(), qkv.data(), B, T, C, NH, dtype_);
   } else {
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -125,7 +127,8 @@ Tensor CausalSelfAttention::OnBackward(const Tensor& dy) {
   const int64_t B = qkv_out_.size(0), T = qkv_out_.size(1), C = C_, HS = C_ / NH_, NH = NH_;
   Tensor dattn = proj_->Backward(drop_->Backward(dy));  // (B, T, C)
   Tensor dqkv = NewActivation({B, T, 3 * C}, dtype_);
-  if (fused_) {
+  const bool x_is_host = dqkv.device().is_cpu();
+  if (fused_ || !x_is_host) {
     kernels::AttentionBackward(dqkv.data(), dattn.data(), qkv_out_.data(), att_.data_as<float>(), B, T, C, NH, dtype_);
   } else {
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));

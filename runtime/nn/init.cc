@@ -78,9 +78,15 @@ void FillInit(const Init& init, const Shape& shape, uint64_t seed, std::string_v
 }
 
 void FillInitTensor(const Init& init, uint64_t seed, std::string_view name, const Tensor& t) {
-  if (!t.defined() || !t.device().is_cpu() || !IsFloating(t.dtype())) {
-    ZR_THROW(InvalidArgument, "FillInitTensor '{}': needs a floating CPU tensor, got {}", name,
+  if (!t.defined() || !IsFloating(t.dtype())) {
+    ZR_THROW(InvalidArgument, "FillInitTensor '{}': needs a floating tensor, got {}", name,
              t.defined() ? t.ToString() : std::string("undefined"));
+  }
+  if (!t.device().is_cpu()) {  // computed on the host, copied once
+    Tensor host = Tensor::Empty(t.shape(), t.dtype(), Device::CPU(), MemCategory::kOther);
+    FillInitTensor(init, seed, name, host);
+    t.CopyFrom(host);
+    return;
   }
   if (t.dtype() == DType::kF32) {
     FillInit(init, t.shape(), seed, name, 0, t.data_as<float>(), t.numel());

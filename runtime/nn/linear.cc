@@ -8,8 +8,10 @@ namespace zerorun::nn {
 using kernels::Trans;
 
 void CheckInput(const Module& m, const Tensor& x, DType dtype, int64_t last) {
-  if (!x.defined() || x.ndim() < 1 || x.dtype() != dtype || x.size(-1) != last || !x.device().is_cpu()) {
-    ZR_THROW(InvalidArgument, "{}: expected a {} CPU tensor (..., {}), got {}", m.Describe(), DTypeName(dtype), last,
+  if (!x.defined() || x.ndim() < 1 || x.dtype() != dtype || x.size(-1) != last ||
+      x.device() != kernels::KernelDevice()) {
+    ZR_THROW(InvalidArgument, "{}: expected a {} tensor (..., {}) on {}, got {}", m.Describe(), DTypeName(dtype), last,
+             kernels::KernelDevice().ToString(),
              x.defined() ? x.ToString() + " " + ShapeToString(x.shape()) : std::string("an undefined tensor"));
   }
 }

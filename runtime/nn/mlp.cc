@@ -6,8 +6,8 @@
 namespace zerorun::nn {
 
 Tensor AddTensors(const Tensor& a, const Tensor& b) {
-  ZR_CHECK(a.numel() == b.numel() && a.dtype() == b.dtype(), "AddTensors: {} vs {}", a.ToString(), b.ToString());
-  Tensor out = Tensor::Empty(a.shape(), a.dtype(), Device::CPU(), MemCategory::kActivations);
+  ZR_CHECK(a.numel() == b.numel() && a.dtype() == b.dtype() && a.device() == b.device(), "AddTensors: {} vs {}", a.ToString(), b.ToString());
+  Tensor out = Tensor::Empty(a.shape(), a.dtype(), a.device(), MemCategory::kActivations);
   kernels::Add(out.data(), a.data(), b.data(), a.numel(), a.dtype());
   return out;
 }

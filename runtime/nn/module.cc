@@ -6,6 +6,7 @@
 
 #include "zerorun/core/format.h"
 #include "zerorun/core/rng.h"
+#include "zerorun/kernels/ops.h"
 
 namespace zerorun::nn {
 
@@ -220,11 +221,11 @@ ParameterPtr Module::SharedParameter(const Parameter* p) const {
 }
 
 Tensor Module::NewActivation(const Shape& shape, DType dtype) {
-  return Tensor::Empty(shape, dtype, Device::CPU(), MemCategory::kActivations);
+  return Tensor::Empty(shape, dtype, kernels::KernelDevice(), MemCategory::kActivations);
 }
 
 Tensor Module::NewActivationZeros(const Shape& shape, DType dtype) {
-  return Tensor::Zeros(shape, dtype, Device::CPU(), MemCategory::kActivations);
+  return Tensor::Zeros(shape, dtype, kernels::KernelDevice(), MemCategory::kActivations);
 }
 
 uint64_t Module::rng_stream() const { return HashName(path_); }

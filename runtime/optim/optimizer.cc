@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "zerorun/core/error.h"
-#include "zerorun/kernels/cpu/optim.h"
+#include "zerorun/kernels/optim_ops.h"
 
 namespace zerorun::runtime {
 
@@ -135,7 +135,7 @@ void Optimizer::Update(int index, const kernels::OptimSpan& span, float* const* 
       k.adam_w_mode = h.adam_w_mode;
       k.bias_correction = h.bias_correction;
       k.step = g.step;
-      kernels::cpu::AdamStep(k, span, state[0], state[1], pool);
+      kernels::AdamStepOnDevice(k, span, state[0], state[1], pool);
       return;
     }
     case OptimizerType::kLion: {
@@ -145,7 +145,7 @@ void Optimizer::Update(int index, const kernels::OptimSpan& span, float* const* 
       k.beta2 = static_cast<float>(h.beta2);
       k.weight_decay = static_cast<float>(h.weight_decay);
       k.step = g.step;
-      kernels::cpu::LionStep(k, span, state[0], pool);
+      kernels::LionStepOnDevice(k, span, state[0], pool);
       return;
     }
     case OptimizerType::kSgd: {
@@ -156,7 +156,7 @@ void Optimizer::Update(int index, const kernels::OptimSpan& span, float* const* 
       k.weight_decay = static_cast<float>(h.weight_decay);
       k.nesterov = h.nesterov;
       k.step = g.step;
-      kernels::cpu::SgdStep(k, span, StateNames().empty() ? nullptr : state[0], pool);
+      kernels::SgdStepOnDevice(k, span, StateNames().empty() ? nullptr : state[0], pool);
       return;
     }
     case OptimizerType::kAdagrad: {
@@ -166,7 +166,7 @@ void Optimizer::Update(int index, const kernels::OptimSpan& span, float* const* 
       k.eps = static_cast<float>(h.eps);
       k.weight_decay = static_cast<float>(h.weight_decay);
       k.step = g.step;
-      kernels::cpu::AdagradStep(k, span, state[0], pool);
+      kernels::AdagradStepOnDevice(k, span, state[0], pool);
       return;
     }
     case OptimizerType::kLamb:
@@ -193,7 +193,7 @@ kernels::LambHyper Optimizer::LambHyperOf(const Group& g) const {
 
 kernels::LambNorms Optimizer::Moments(int index, const kernels::OptimSpan& span, float* const* state) {
   ZR_CHECK(options_.type == OptimizerType::kLamb, "{} has no tensor-norm pass", OptimizerTypeName(options_.type));
-  return kernels::cpu::LambMoments(LambHyperOf(Checked(index)), span, state[0], state[1], options_.pool);
+  return kernels::LambMomentsOnDevice(LambHyperOf(Checked(index)), span, state[0], state[1], options_.pool);
 }
 
 float Optimizer::TrustRatio(int index, const kernels::LambNorms& whole_tensor) const {
@@ -202,7 +202,7 @@ float Optimizer::TrustRatio(int index, const kernels::LambNorms& whole_tensor) c
 
 void Optimizer::Apply(int index, const kernels::OptimSpan& span, float* const* state, float trust) {
   ZR_CHECK(options_.type == OptimizerType::kLamb, "{} has no tensor-norm pass", OptimizerTypeName(options_.type));
-  kernels::cpu::LambApply(LambHyperOf(Checked(index)), span, state[0], state[1], trust, options_.pool);
+  kernels::LambApplyOnDevice(LambHyperOf(Checked(index)), span, state[0], state[1], trust, options_.pool);
 }
 
 bool Optimizer::HasBetas() const {

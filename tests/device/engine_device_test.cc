@@ -1,0 +1,176 @@
+// The module graph, the engine and zero/ on Device::CUDA(0), through the recording fake device
+// (fake_device.h): one code path, no host access to device memory (tagged addresses would fault),
+// training bitwise equal to the CPU run, and every kernel, copy and collective ordered after what it
+// depends on.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "fake_device.h"
+#include "tests/runtime/engine_test_util.h"
+#include "zerorun/kernels/ops.h"
+
+using namespace zerorun;
+using zrtest::fake::FakeCudaDevice;
+
+namespace {
+
+struct DeviceRun {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;  // per rank
+};
+
+// Trains the tiny GPT (fused attention) per `s`; with `fake` on the fake CUDA device of every rank
+// (the ranks share the one fake cuda:0, which is enough for the ordering model).
+DeviceRun TrainOn(const zrtest::RunSpec& s, FakeCudaDevice* fake) {
+  DeviceRun out;
+  out.params.resize(static_cast<size_t>(s.world));
+  std::vector<std::vector<double>> losses(static_cast<size_t>(s.world));
+  std::mutex mu;
+  comm::RunLocalRanks(s.world, [&](comm::Communicator& local) {
+    std::unique_ptr<comm::Communicator> dev;
+    if (fake != nullptr) dev = zrtest::fake::MakeFakeDeviceComm(local);
+    comm::Communicator& c = dev ? *dev : local;
+    runtime::Config cfg = zrtest::LoadSpecConfig(s);
+    gpt::GptConfig gc = zrtest::TinyGpt(s.dtype);
+    gc.fused_attention = true;
+    gc.dropout = 0.1f;
+    gpt::Gpt model(gc);
+    model.Initialize(s.seed);  // on the host: the engine copies the values to the device
+    runtime::Engine engine(model, cfg, c);
+    std::vector<double> l;
+    for (int step = 0; step < s.steps; ++step) {
+      double sum = 0;
+      for (int m = 0; m < s.gas; ++m) {
+        auto [x, y] = zrtest::MicroBatch(step, m, c.rank(), s.world, s.micro, s.gas, gc.seq_len, gc.vocab_size);
+        sum += engine.Forward(x, y);
+        engine.Backward();
+        engine.Step();
+      }
+      l.push_back(sum / static_cast<double>(s.gas));
+    }
+    std::vector<float> flat = zrtest::FlatParameters(engine);
+    std::lock_guard<std::mutex> lock(mu);
+    losses[static_cast<size_t>(c.rank())] = l;
+    out.params[static_cast<size_t>(c.rank())] = flat;
+  });
+  out.losses = losses[0];
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+
+TEST_CASE("fake device: tensors live behind tagged addresses; copies and kernels go through the abstraction") {
+  FakeCudaDevice fake;
+  Tensor h = Tensor::FromVector({1, 2, 3, 4}, {4});
+  Tensor d = Tensor::Empty({4}, DType::kF32, Device::CUDA(0));
+  CHECK(zrtest::fake::IsTagged(d.data()));
+  d.CopyFrom(h);
+  {
+    kernels::KernelDeviceScope scope(Device::CUDA(0));
+    kernels::Scale(d.data(), d.data(), 2.0f, 4, DType::kF32);
+    CHECK(kernels::SumSquares(d.data(), 4, DType::kF32) == doctest::Approx(4.0 * 30));
+  }
+  CHECK(d.ToVector() == std::vector<float>{2, 4, 6, 8});
+  CHECK(fake.counts().kernels == 2);
+  CHECK(fake.counts().copies >= 2);
+  CHECK(fake.violation_count() == 0);
+}
+
+TEST_CASE("fake device: the checker reports work on two streams with no event between them, and not with one") {
+  FakeCudaDevice fake;
+  const Device cuda = Device::CUDA(0);
+  Tensor d = Tensor::Zeros({256}, DType::kF32, cuda);
+  std::unique_ptr<Stream> side = CreateStream(cuda);
+  {
+    kernels::KernelDeviceScope scope(cuda, side.get());
+    kernels::Fill(d.data(), 1.0f, 256, DType::kF32);  // produced on the side stream
+  }
+  {
+    kernels::KernelDeviceScope scope(cuda);  // consumed on the default stream: a race
+    kernels::Scale(d.data(), d.data(), 2.0f, 256, DType::kF32);
+  }
+  REQUIRE(fake.violation_count() >= 1);
+  CHECK(fake.violations()[0].find("scale on stream") != std::string::npos);
+  CHECK(fake.violations()[0].find("fill") != std::string::npos);
+
+  const int64_t before = fake.violation_count();
+  std::unique_ptr<Event> ev = CreateEvent(cuda);
+  {
+    kernels::KernelDeviceScope scope(cuda, side.get());
+    kernels::Fill(d.data(), 3.0f, 256, DType::kF32);
+    ev->Record(*side);
+  }
+  ev->Block(DefaultStream(cuda));
+  {
+    kernels::KernelDeviceScope scope(cuda);
+    kernels::Scale(d.data(), d.data(), 2.0f, 256, DType::kF32);  // ordered by the event
+  }
+  CHECK(fake.violation_count() == before);
+}
+
+TEST_CASE("device communicator: a collective is ordered after the kernels of the stream that submitted it") {
+  FakeCudaDevice fake;
+  const Device cuda = Device::CUDA(0);
+  comm::RunLocalRanks(2, [&](comm::Communicator& local) {
+    auto c = zrtest::fake::MakeFakeDeviceComm(local);
+    Tensor t = Tensor::Zeros({64}, DType::kF32, cuda);
+    std::unique_ptr<Stream> side = CreateStream(cuda);
+    // Produced on `side` and submitted from a scope on `side`: OnSubmit's event orders the collective.
+    kernels::KernelDeviceScope scope(cuda, side.get());
+    kernels::Fill(t.data(), static_cast<float>(c->rank() + 1), 64, DType::kF32);
+    c->AllReduce(t, comm::ReduceOp::kSum).Wait();
+    CHECK(t.ToVector() == std::vector<float>(64, 3.0f));
+  });
+  CHECK(fake.counts().collectives == 2);
+  CHECK(fake.violation_count() == 0);
+
+  // The same produced on `side` but submitted from the default stream: the collective races the fill.
+  comm::RunLocalRanks(1, [&](comm::Communicator& local) {
+    auto c = zrtest::fake::MakeFakeDeviceComm(local);
+    Tensor t = Tensor::Zeros({64}, DType::kF32, cuda);
+    std::unique_ptr<Stream> side = CreateStream(cuda);
+    {
+      kernels::KernelDeviceScope scope(cuda, side.get());
+      kernels::Fill(t.data(), 1.0f, 64, DType::kF32);
+    }
+    kernels::KernelDeviceScope scope(cuda);
+    c->AllReduce(t, comm::ReduceOp::kSum).Wait();
+  });
+  REQUIRE(fake.violation_count() >= 1);
+  CHECK(fake.violations()[0].find("all_reduce") != std::string::npos);
+}
+
+TEST_CASE("engine on a CUDA device (fake): stages 0-3, fp32 and bf16, one and two ranks, bitwise the CPU run") {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int world : {1, 2}) {
+      for (int stage : {0, 1, 2, 3}) {
+        CAPTURE(DTypeName(dtype));
+        CAPTURE(world);
+        CAPTURE(stage);
+        zrtest::RunSpec s;
+        s.world = world;
+        s.stage = stage;
+        s.dtype = dtype;
+        s.micro = 2;
+        s.gas = 2;
+        s.steps = 3;
+        DeviceRun cpu = TrainOn(s, nullptr);
+        FakeCudaDevice fake;
+        DeviceRun dev = TrainOn(s, &fake);
+        CHECK(dev.losses == cpu.losses);
+        CHECK(dev.params == cpu.params);
+        const zrtest::fake::Counts n = fake.counts();
+        CHECK(n.kernels > 100);
+        CHECK(n.copies > 0);
+        if (world > 1) CHECK(n.collectives > 0);
+        for (const std::string& v : fake.violations()) MESSAGE(v);
+        CHECK(fake.violation_count() == 0);
+      }
+    }
+  }
+}
+
+}  // TEST_SUITE
