@@ -174,6 +174,16 @@ std::unique_ptr<Communicator> InitFromEnv(const InitOptions& options) {
     );
   }
   const int world = EnvInt("WORLD_SIZE", 1, 1, 1 << 20);
+#ifdef ZERORUN_HAVE_CUDA
+  if (backend == "nccl" && world == 1 && !Env("MASTER_PORT")) {
+    // One process on one GPU without a launcher: a one-rank NCCL group over an in-process store.
+    SetLogRank(0);
+    const int device = options.device >= 0 ? options.device : EnvInt("LOCAL_RANK", 0, 0, 1 << 16);
+    CommOptions co = options.comm;
+    if (co.timeout.count() <= 0) co.timeout = DefaultCommTimeout();
+    return CreateNcclCommunicator(std::make_shared<HashStore>(), 0, 1, device, co, nullptr);
+  }
+#endif
   if (!Env("WORLD_SIZE") || (world == 1 && !Env("MASTER_PORT") && backend != "nccl")) {
     SetLogRank(0);
     return std::move(CreateLocalCommunicators(1, options.comm)[0]);

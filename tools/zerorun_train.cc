@@ -68,7 +68,11 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            (every rank takes part; ZeRO stage 3 needs
                            zero_optimization.stage3_gather_16bit_weights_on_model_save: true)
   --log_every N            progress line every N steps on rank 0 (default 10)
-  --backend ucx|local      communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
+  --backend ucx|local|nccl communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
+  --device cpu|cuda        where the model, gradients and optimizer state live (default: the backend's
+                           device, cpu for ucx/local). cuda: one GPU per local rank (LOCAL_RANK), NCCL
+                           as the backend (CUDA builds; a single process without a launcher forms a
+                           one-rank NCCL group)
   --allow_unknown_config   unknown config keys are warnings instead of errors
   --local_rank N           accepted for launcher compatibility
   --help                   this text
@@ -85,6 +89,7 @@ struct Args {
   std::string save_16bit_model;
   int64_t log_every = 10;
   std::string backend;
+  std::string device;  // "", "cpu" or "cuda"
   bool allow_unknown = false;
   bool checkpoint_activations = false;
 };
@@ -107,7 +112,7 @@ int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
 Args ParseArgs(int argc, char** argv) {
   Args a;
   std::map<std::string, std::string*> strings = {{"--deepspeed_config", &a.config_path}, {"--data", &a.data},
-                                                 {"--summary", &a.summary}, {"--backend", &a.backend},
+                                                 {"--summary", &a.summary}, {"--backend", &a.backend}, {"--device", &a.device},
                                                  {"--save_16bit_model", &a.save_16bit_model}};
   std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
       {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
@@ -172,6 +177,23 @@ zr::Tensor ToTensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
 int Run(const Args& args) {
   zr::comm::InitOptions io;
   io.backend = args.backend;
+  if (!args.device.empty() && args.device != "cpu" && args.device != "cuda") {
+    UsageError(zr::Format("--device expects cpu or cuda, got '{}'", args.device));
+  }
+  if (args.device == "cuda") {
+#ifndef ZERORUN_HAVE_CUDA
+    std::fprintf(stderr, "zerorun-train: --device cuda: this zerorun was built without CUDA (reconfigure with "
+                 "-DZERORUN_CUDA=ON on a machine with the CUDA toolkit and NCCL)\n");
+    return 2;
+#endif
+    if (!args.backend.empty() && args.backend != "nccl") {
+      UsageError(zr::Format("--device cuda trains on device memory, which --backend {} cannot move: use nccl",
+                            args.backend));
+    }
+    io.backend = "nccl";
+  } else if (args.device == "cpu" && args.backend == "nccl") {
+    UsageError("--device cpu with --backend nccl: NCCL moves device memory (use ucx or local)");
+  }
   zr::runtime::LoadOptions lo;
   lo.allow_unknown_keys = args.allow_unknown;
   lo.hidden_size = args.d_model;
@@ -181,6 +203,7 @@ int Run(const Args& args) {
   std::shared_ptr<zr::comm::Communicator> comm = setup.comm;
   const Config& cfg = setup.config;
   const int rank = comm->rank(), world = comm->size();
+  if (rank == 0) ZR_INFO("device {} (backend {})", comm->device().ToString(), comm->backend_name());
   zr::runtime::ValidateForEngine(cfg, world);  // what the engine refuses, before data and model are built
   if (!args.save_16bit_model.empty() && cfg.zero_optimization.StageNumber() == 3 &&
       !cfg.zero_optimization.gather_16bit_weights_on_model_save) {

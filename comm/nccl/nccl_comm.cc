@@ -14,6 +14,7 @@
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/core/timer.h"
+#include "zerorun/kernels/ops.h"
 
 namespace zerorun::comm {
 
@@ -104,6 +105,19 @@ class NcclCommunicator final : public Communicator {
     return all;
   }
 
+ protected:
+  // On the submitting thread: an event at the current end of its kernel stream (KernelDeviceScope on
+  // this device, else the device's default stream), so the op waits for exactly the kernels that
+  // were enqueued before it was submitted (its producers), not for work enqueued while it queued.
+  void OnSubmit(OpDesc& op) override {
+    const Device dev = Device::CUDA(device_);
+    Stream* s = kernels::KernelDevice() == dev && kernels::KernelStream() != nullptr ? kernels::KernelStream()
+                                                                                      : &DefaultStream(dev);
+    std::shared_ptr<Event> ready(CreateEvent(dev));
+    ready->Record(*s);
+    op.backend_state = std::move(ready);
+  }
+
  private:
   void Init();
   void Release();
@@ -120,7 +134,8 @@ class NcclCommunicator final : public Communicator {
   int device_;
   ncclComm_t nccl_ = nullptr;
   bool nccl_aborted_ = false;
-  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Stream> comm_stream_;  // the collectives' own stream
+  cudaStream_t stream_ = nullptr;        // its handle
   cudaEvent_t ready_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* scratch_ = nullptr;  // 4 bytes of device memory for Barrier
@@ -189,7 +204,8 @@ void NcclCommunicator::Init() {
     ncclCommGetAsyncError(nccl_, &st);
     return st == ncclSuccess;
   });
-  ZR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  comm_stream_ = CreateStream(Device::CUDA(device_));  // non-blocking (core/cuda)
+  stream_ = static_cast<cudaStream_t>(comm_stream_->native_handle());
   ZR_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   ZR_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   ZR_CUDA_CHECK(cudaMalloc(&scratch_, 16));
@@ -209,7 +225,7 @@ void NcclCommunicator::Release() {
   if (scratch_) cudaFree(scratch_);
   if (done_) cudaEventDestroy(done_);
   if (ready_) cudaEventDestroy(ready_);
-  if (stream_) cudaStreamDestroy(stream_);
+  comm_stream_.reset();
   scratch_ = nullptr;
   done_ = ready_ = nullptr;
   stream_ = nullptr;
@@ -222,10 +238,15 @@ void NcclCommunicator::Execute(OpDesc& op) {
       (op.op == OpType::kAllReduce || op.op == OpType::kReduceScatter || op.op == OpType::kReduce)) {
     ZR_THROW(InvalidArgument, "{}: the nccl backend averages floating types only", op.Describe(rank(), size(), name()));
   }
-  // Order after work already queued on the device's default stream.
-  auto* default_stream = static_cast<cudaStream_t>(DefaultStream(Device::CUDA(device_)).native_handle());
-  ZR_CUDA_CHECK(cudaEventRecord(ready_, default_stream));
-  ZR_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  // Order after the producers: the event OnSubmit recorded on the submitting stream (an op queued
+  // without one, e.g. from a split's setup, waits for the device's default stream as it is now).
+  if (op.backend_state) {
+    std::static_pointer_cast<Event>(op.backend_state)->Block(*comm_stream_);
+  } else {
+    auto* default_stream = static_cast<cudaStream_t>(DefaultStream(Device::CUDA(device_)).native_handle());
+    ZR_CUDA_CHECK(cudaEventRecord(ready_, default_stream));
+    ZR_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  }
   const ncclDataType_t dt = ToNccl(op.dtype);
   const size_t es = DTypeSize(op.dtype);
   const size_t n = static_cast<size_t>(size());

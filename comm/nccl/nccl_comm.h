@@ -3,8 +3,9 @@
 // Rank 0 of each group creates the NCCL unique id and publishes it in the group's store prefix
 // ("nccl/id"); the others read it. Communicators are created non-blocking so that a rank that never
 // joins cannot hang initialisation past the timeout. Every op runs on the group's dedicated CUDA
-// stream: the stream first waits on an event recorded on the device's default stream (so data
-// produced there is ready), then the NCCL call is enqueued and a completion event recorded; the
+// stream: when the op is submitted an event is recorded on the submitting thread's kernel stream
+// (KernelDeviceScope, else the default stream: the kernels that produced the data), the stream waits
+// for it, then the NCCL call is enqueued and a completion event recorded; the
 // executor polls that event and ncclCommGetAsyncError. On the op's timeout, or when the communicator
 // is aborted (a peer died, Work::Wait gave up), ncclCommAbort unblocks the GPU and the op fails.
 //

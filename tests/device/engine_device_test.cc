@@ -96,6 +96,8 @@ TEST_CASE("fake device: the checker reports work on two streams with no event be
   CHECK(fake.violations()[0].find("scale on stream") != std::string::npos);
   CHECK(fake.violations()[0].find("fill") != std::string::npos);
 
+  side->Synchronize();  // the host has seen both streams finish: what follows is ordered after them
+  DefaultStream(cuda).Synchronize();
   const int64_t before = fake.violation_count();
   std::unique_ptr<Event> ev = CreateEvent(cuda);
   {

@@ -250,6 +250,15 @@ struct K {
     }
     return static_cast<T*>(Untag(p));
   }
+  template <typename T>
+  T* RW(T* p, size_t bytes) {
+    if (p != nullptr) {
+      ZR_CHECK(IsTagged(p), "kernel {} on cuda:0 got a host pointer", name_);
+      I().Op(s_, name_, p, bytes, false);
+      I().Op(s_, name_, p, bytes, true);
+    }
+    return static_cast<T*>(Untag(p));
+  }
   // A kernel returning a host value waits for its stream (as the CUDA table does).
   void HostSync() { I().HostWaits(I().StreamClock(s_)); }
   const char* name_;
@@ -277,11 +286,11 @@ kernels::KernelTable MakeTable() {
   };
   t.bias_add = [](void* out, DType ot, const void* bias, DType bt, int64_t N, int64_t C) {
     K k("bias_add");
-    Cpu().bias_add(k.W(k.R(out, B(N * C, ot)), B(N * C, ot)), ot, k.R(bias, B(C, bt)), bt, N, C);
+    Cpu().bias_add(k.RW(out, B(N * C, ot)), ot, k.R(bias, B(C, bt)), bt, N, C);
   };
   t.bias_backward = [](void* db, DType dbt, const void* dout, DType dt, int64_t N, int64_t C) {
     K k("bias_backward");
-    Cpu().bias_backward(k.W(k.R(db, B(C, dbt)), B(C, dbt)), dbt, k.R(dout, B(N * C, dt)), dt, N, C);
+    Cpu().bias_backward(k.RW(db, B(C, dbt)), dbt, k.R(dout, B(N * C, dt)), dt, N, C);
   };
   t.embedding_forward = [](void* out, DType ot, const int32_t* tokens, const void* wte, const void* wpe, DType pt,
                            int64_t Bn, int64_t T, int64_t C, int64_t V) {
@@ -293,8 +302,8 @@ kernels::KernelTable MakeTable() {
   t.embedding_backward = [](void* dwte, void* dwpe, DType gt, const void* dout, DType dt, const int32_t* tokens,
                             int64_t Bn, int64_t T, int64_t C, int64_t V) {
     K k("embedding_backward");
-    void* w = k.W(k.R(dwte, B(V * C, gt)), B(V * C, gt));
-    void* p = k.W(k.R(dwpe, B(T * C, gt)), B(T * C, gt));
+    void* w = k.RW(dwte, B(V * C, gt));
+    void* p = k.RW(dwpe, B(T * C, gt));
     Cpu().embedding_backward(w, p, gt, k.R(dout, B(Bn * T * C, dt)), dt, k.R(tokens, B(Bn * T, DType::kI32)), Bn, T, C, V);
     k.HostSync();
   };
@@ -307,8 +316,8 @@ kernels::KernelTable MakeTable() {
   t.layernorm_backward = [](void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
                             const float* mean, const float* rstd, int64_t N, int64_t C, DType at, DType pt, DType gt) {
     K k("layernorm_backward");
-    void* hdw = k.W(k.R(dw, B(C, gt)), B(C, gt));
-    void* hdb = k.W(k.R(db, B(C, gt)), B(C, gt));
+    void* hdw = k.RW(dw, B(C, gt));
+    void* hdb = k.RW(db, B(C, gt));
     Cpu().layernorm_backward(k.W(dx, B(N * C, at)), hdw, hdb, k.R(dout, B(N * C, at)), k.R(x, B(N * C, at)),
                              k.R(w, B(C, pt)), k.R(mean, B(N, DType::kF32)), k.R(rstd, B(N, DType::kF32)), N, C, at, pt, gt);
   };
@@ -321,7 +330,7 @@ kernels::KernelTable MakeTable() {
   t.rmsnorm_backward = [](void* dx, void* dw, const void* dout, const void* x, const void* w, const float* rstd,
                           int64_t N, int64_t C, DType at, DType pt, DType gt) {
     K k("rmsnorm_backward");
-    void* hdw = k.W(k.R(dw, B(C, gt)), B(C, gt));
+    void* hdw = k.RW(dw, B(C, gt));
     Cpu().rmsnorm_backward(k.W(dx, B(N * C, at)), hdw, k.R(dout, B(N * C, at)), k.R(x, B(N * C, at)), k.R(w, B(C, pt)),
                            k.R(rstd, B(N, DType::kF32)), N, C, at, pt, gt);
   };
@@ -367,7 +376,7 @@ kernels::KernelTable MakeTable() {
   t.axpy = [](void* y, DType yt, const void* x, DType xt, float alpha, int64_t n) {
     K k("axpy");
     const void* hx = k.R(x, B(n, xt));
-    Cpu().axpy(k.W(k.R(y, B(n, yt)), B(n, yt)), yt, hx, xt, alpha, n);
+    Cpu().axpy(k.RW(y, B(n, yt)), yt, hx, xt, alpha, n);
   };
   t.scale = [](void* out, const void* x, float alpha, int64_t n, DType ty) {
     K k("scale");
@@ -448,11 +457,11 @@ kernels::KernelTable MakeTable() {
 kernels::OptimSpan Span(K& k, const kernels::OptimSpan& s0) {
   kernels::OptimSpan s = s0;
   s.grads = k.R(s.grads, B(s.n, s.grad_dtype));
-  s.params = k.W(k.R(s.params, B(s.n, DType::kF32)), B(s.n, DType::kF32));
+  s.params = k.RW(s.params, B(s.n, DType::kF32));
   s.param_copy = k.W(s.param_copy, B(s.n, s.copy_dtype));
   return s;
 }
-float* State(K& k, float* p, int64_t n) { return k.W(k.R(p, B(n, DType::kF32)), B(n, DType::kF32)); }
+float* State(K& k, float* p, int64_t n) { return k.RW(p, B(n, DType::kF32)); }
 
 kernels::OptimTable MakeOptimTable() {
   using namespace kernels;
