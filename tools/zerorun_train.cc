@@ -191,6 +191,15 @@ int Run(const Args& args) {
                             args.backend));
     }
     io.backend = "nccl";
+    const int gpus = zr::HasDeviceBackend(zr::DeviceType::kCUDA) ? zr::GetDeviceBackend(zr::DeviceType::kCUDA).DeviceCount() : 0;
+    const char* lr = std::getenv("LOCAL_RANK");
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const int local_rank = lr != nullptr && *lr != '\0' ? std::atoi(lr) : 0;
+    if (local_rank >= gpus) {
+      std::fprintf(stderr, "zerorun-train: --device cuda: local rank %d needs cuda:%d, but %d CUDA device(s) are "
+                   "visible (CUDA_VISIBLE_DEVICES=%s)\n", local_rank, local_rank, gpus, visible ? visible : "unset");
+      return 2;
+    }
   } else if (args.device == "cpu" && args.backend == "nccl") {
     UsageError("--device cpu with --backend nccl: NCCL moves device memory (use ucx or local)");
   }

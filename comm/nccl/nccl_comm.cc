@@ -1,5 +1,6 @@
 // NcclCommunicator: NCCL on a dedicated stream, event-polled completion, abort on timeout.
 #include "zerorun/comm/nccl/nccl_comm.h"
+#include "zerorun/comm/device_staging.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -139,6 +140,7 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t ready_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* scratch_ = nullptr;  // 4 bytes of device memory for Barrier
+  std::unique_ptr<HostStaging> staging_;  // host buffers of small agreement collectives
 };
 
 void NcclCommunicator::AbortNccl() {
@@ -247,6 +249,15 @@ void NcclCommunicator::Execute(OpDesc& op) {
     ZR_CUDA_CHECK(cudaEventRecord(ready_, default_stream));
     ZR_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
   }
+  if (!staging_) staging_ = std::make_unique<HostStaging>(Device::CUDA(device_));
+  const bool staged = staging_->Stage(op, size(), rank(), *comm_stream_, [](const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // older runtimes: an unknown pointer is host memory
+      return true;
+    }
+    return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+  });
   const ncclDataType_t dt = ToNccl(op.dtype);
   const size_t es = DTypeSize(op.dtype);
   const size_t n = static_cast<size_t>(size());
@@ -288,6 +299,7 @@ void NcclCommunicator::Execute(OpDesc& op) {
     ZR_CUDA_CHECK(q);
     return true;
   });
+  if (staged) staging_->Unstage(op, *comm_stream_);
 }
 
 }  // namespace

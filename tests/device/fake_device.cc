@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "zerorun/comm/device_staging.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/format.h"
 #include "zerorun/core/tensor.h"
@@ -234,28 +235,19 @@ struct K {
     std::lock_guard<std::mutex> lock(I().mu);
     ++I().counts.kernels;
   }
+  // Reads (R), writes (W) or both (RW) [p, p + bytes) of device memory; returns the host address.
   template <typename T>
-  T* R(T* p, size_t bytes) {
+  T* R(T* p, size_t bytes) { return Touch(p, bytes, true, false); }
+  template <typename T>
+  T* W(T* p, size_t bytes) { return Touch(p, bytes, false, true); }
+  template <typename T>
+  T* RW(T* p, size_t bytes) { return Touch(p, bytes, true, true); }
+  template <typename T>
+  T* Touch(T* p, size_t bytes, bool read, bool write) {
     if (p != nullptr) {
       ZR_CHECK(IsTagged(p), "kernel {} on cuda:0 got a host pointer", name_);
-      I().Op(s_, name_, p, bytes, false);
-    }
-    return static_cast<T*>(Untag(p));
-  }
-  template <typename T>
-  T* W(T* p, size_t bytes) {
-    if (p != nullptr) {
-      ZR_CHECK(IsTagged(p), "kernel {} on cuda:0 got a host pointer", name_);
-      I().Op(s_, name_, p, bytes, true);
-    }
-    return static_cast<T*>(Untag(p));
-  }
-  template <typename T>
-  T* RW(T* p, size_t bytes) {
-    if (p != nullptr) {
-      ZR_CHECK(IsTagged(p), "kernel {} on cuda:0 got a host pointer", name_);
-      I().Op(s_, name_, p, bytes, false);
-      I().Op(s_, name_, p, bytes, true);
+      if (read) I().Op(s_, name_, p, bytes, false);
+      if (write) I().Op(s_, name_, p, bytes, true);
     }
     return static_cast<T*>(Untag(p));
   }
@@ -588,6 +580,15 @@ class FakeDeviceComm final : public comm::Communicator {
   void Execute(comm::OpDesc& op) override {
     using comm::OpType;
     if (op.backend_state) std::static_pointer_cast<Event>(op.backend_state)->Block(*stream_);
+    // Host buffers through device scratch, as the NCCL backend stages them.
+    const bool staged = staging_.Stage(op, size(), rank(), *stream_, [](const void* p) { return !IsTagged(p); });
+    // NCCL takes device memory only: a host buffer here would be an invalid pointer on a GPU.
+    for (const void* p : {static_cast<const void*>(op.send), static_cast<const void*>(op.recv)}) {
+      if (p != nullptr && op.count > 0 && !IsTagged(p)) {
+        ZR_THROW(CommError, "{}: a host buffer handed to a device communicator",
+                 op.Describe(rank(), size(), name()));
+      }
+    }
     const size_t es = DTypeSize(op.dtype), n = op.count * es, w = static_cast<size_t>(size());
     {
       std::lock_guard<std::mutex> lock(I().mu);
@@ -637,6 +638,7 @@ class FakeDeviceComm final : public comm::Communicator {
     work.Wait();
     done_->Record(*stream_);
     done_->Synchronize();  // the Work completes once the device work has (as the NCCL backend polls)
+    if (staged) staging_.Unstage(op, *stream_);
   }
 
   std::unique_ptr<Communicator> CreateSubgroup(const std::string&, const std::vector<int>&, int) override {
@@ -652,6 +654,7 @@ class FakeDeviceComm final : public comm::Communicator {
   comm::Communicator& inner_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Event> done_;
+  comm::HostStaging staging_{Device::CUDA(0)};
 };
 
 }  // namespace

@@ -446,4 +446,22 @@ TEST_CASE("zerorun-train: bad input fails with a clear message") {
   fs::remove_all(d);
 }
 
+TEST_CASE("zerorun-train --device: a bad value, a host backend with cuda, and cuda without a GPU are refused") {
+  const std::string bin = BinDir() + "/zerorun-train --steps 1";
+  Proc bad = Run(bin + " --device gpu");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("--device expects cpu or cuda, got 'gpu'") != std::string::npos);
+  Proc ucx = Run(bin + " --device cuda --backend ucx");
+  CHECK(ucx.status == 2);
+  CHECK(ucx.output.find("--backend ucx cannot move") != std::string::npos);
+  Proc nccl = Run(bin + " --device cpu --backend nccl");
+  CHECK(nccl.status == 2);
+  // Without a visible GPU (this machine; CUDA_VISIBLE_DEVICES hides any) --device cuda stops at once.
+  Proc none = Run("CUDA_VISIBLE_DEVICES= " + bin + " --device cuda");
+  CHECK(none.status == 2);
+  const bool named = none.output.find("CUDA device(s) are visible") != std::string::npos ||
+                     none.output.find("built without CUDA") != std::string::npos;
+  CHECK_MESSAGE(named, none.output);
+}
+
 }  // TEST_SUITE
