@@ -10,6 +10,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
+#include "zerorun/kernels/ops.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/engine_internal.h"
 #include "zerorun/runtime/safetensors.h"
@@ -44,6 +45,7 @@ bool Engine::Save16BitModel(const std::string& save_dir, const std::string& file
     return false;
   }
   ScopedMemoryAccount scope(&account_);
+  kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "save_16bit_model");
 
   std::vector<nn::Parameter*> params;
@@ -84,7 +86,7 @@ bool Engine::Save16BitModel(const std::string& save_dir, const std::string& file
     auto append = [&](const Tensor& value) {
       if (!writer || !error.empty()) return;
       try {
-        writer->Append(value);
+        writer->Append(value.device().is_cpu() ? value : value.To(value.dtype()));  // device: via the host
       } catch (const Error& e) {
         error = e.what();
         writer.reset();

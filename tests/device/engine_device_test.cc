@@ -4,11 +4,14 @@
 // depends on.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <mutex>
+#include <unistd.h>
 
 #include "fake_device.h"
 #include "tests/runtime/engine_test_util.h"
 #include "zerorun/kernels/ops.h"
+#include "zerorun/runtime/safetensors.h"
 
 using namespace zerorun;
 using zrtest::fake::FakeCudaDevice;
@@ -173,6 +176,48 @@ TEST_CASE("engine on a CUDA device (fake): stages 0-3, fp32 and bf16, one and tw
       }
     }
   }
+}
+
+TEST_CASE("engine on a CUDA device (fake): Save16BitModel stages device tensors through the host") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("zr_device_save_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  FakeCudaDevice fake;
+  zrtest::RunSpec s;
+  s.world = 2;
+  s.stage = 3;
+  s.dtype = DType::kBF16;
+  s.micro = 2;
+  s.steps = 2;
+  s.zero_json = R"(, "stage3_gather_16bit_weights_on_model_save": true)";
+  comm::RunLocalRanks(s.world, [&](comm::Communicator& local) {
+    auto c = zrtest::fake::MakeFakeDeviceComm(local);
+    runtime::Config cfg = zrtest::LoadSpecConfig(s);
+    gpt::GptConfig gc = zrtest::TinyGpt(s.dtype);
+    gpt::Gpt model(gc);
+    model.Initialize(s.seed);
+    runtime::Engine engine(model, cfg, *c);
+    for (int step = 0; step < s.steps; ++step) {
+      auto [x, y] = zrtest::MicroBatch(step, 0, c->rank(), s.world, s.micro, 1, gc.seq_len, gc.vocab_size);
+      engine.Forward(x, y);
+      engine.Backward();
+      engine.Step();
+    }
+    CHECK(engine.Save16BitModel(dir.string()));
+    std::vector<Tensor> gathered = engine.GatherParameters();
+    if (c->rank() == 0) {
+      runtime::SafetensorsReader reader((dir / "model.safetensors").string());
+      std::vector<nn::Parameter*> params = model.Parameters();
+      REQUIRE(params.size() == gathered.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        CAPTURE(params[i]->name());
+        CHECK(gathered[i].device() == Device::CUDA(0));
+        CHECK(reader.Read(params[i]->name()).ToVector() == gathered[i].ToVector());
+      }
+    }
+  });
+  CHECK(fake.violation_count() == 0);
+  fs::remove_all(dir);
 }
 
 }  // TEST_SUITE
