@@ -142,11 +142,9 @@ const std::vector<KeyDisposition> kTable = {
 
     // ---- logging, timers -----------------------------------------------------------------------------
     {"steps_per_print", kActed, "engine: the progress line"},
-    {"wall_clock_breakdown", kActed, "engine: phase timers in the progress line and csv_monitor"},
-    {"memory_breakdown", kWarned,
-     "per-phase memory logging is not implemented yet (the engine's memory accounting is in zerorun-train's "
-     "summary)",
-     kObservability},
+    {"wall_clock_breakdown", kActed, "engine: phase timers in the progress line and the monitors"},
+    {"memory_breakdown", kActed,
+     "engine: rank 0 logs the memory account after forward, backward and step, by category, every boundary"},
     {"dump_state", kActed, "engine: rank 0 logs the effective config and the engine's layout at construction"},
     {"vocabulary_size", kActed, "loader: a warning when not a multiple of 8 (DeepSpeed's only use)"},
     {"graph_harvesting", kWarned, "zerorun does not capture CUDA graphs"},
@@ -281,9 +279,9 @@ const std::vector<KeyDisposition> kTable = {
     {"checkpoint.writer.io_multiplier", kFollows, "checkpoint.writer"},
 
     // ---- monitors and profilers ------------------------------------------------------------------------
-    {"tensorboard.enabled", kWarned, "TensorBoard event files are not written yet (csv_monitor is)", kObservability},
-    {"tensorboard.output_path", kFollows, "tensorboard.enabled"},
-    {"tensorboard.job_name", kFollows, "tensorboard.enabled"},
+    {"tensorboard.enabled", kActed, "engine: TensorBoard event files on rank 0 (runtime/observe/tensorboard.h)"},
+    {"tensorboard.output_path", kActed, "engine: TensorBoard event files on rank 0"},
+    {"tensorboard.job_name", kActed, "engine: TensorBoard event files on rank 0"},
     {"csv_monitor.enabled", kActed, "engine: CSV scalar files on rank 0"},
     {"csv_monitor.output_path", kActed, "engine: CSV scalar files on rank 0"},
     {"csv_monitor.job_name", kActed, "engine: CSV scalar files on rank 0"},
