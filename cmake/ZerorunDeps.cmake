@@ -20,6 +20,13 @@ zerorun_require_pkg(ZR_URING liburing liburing-dev)
 zerorun_require_pkg(ZR_HWLOC hwloc libhwloc-dev)
 zerorun_require_pkg(ZR_OPENBLAS openblas libopenblas-dev)
 zerorun_require_pkg(ZR_XXHASH libxxhash libxxhash-dev)
+# TensorBoard event files (runtime/observe/): protobuf messages from a .proto compiled by protoc.
+zerorun_require_pkg(ZR_PROTOBUF protobuf libprotobuf-dev)
+find_program(ZR_PROTOC protoc)
+if(NOT ZR_PROTOC)
+  message(FATAL_ERROR "zerorun needs protoc (the protobuf compiler) for runtime/observe/*.proto: install the "
+                      "Debian package 'protobuf-compiler' (scripts/install-deps.sh does)")
+endif()
 
 # oneDNN (Debian libdnnl-dev) for the CPU GEMMs; optional: without it they run on OpenBLAS, slower
 # (no 16-bit products), and configuration says so. Found by header and library: Debian's dnnl CMake
@@ -77,6 +84,22 @@ function(zerorun_link_dependencies target)
     target_link_libraries(${target} PRIVATE ${ZR_DNNL_LIB})
     target_compile_definitions(${target} PRIVATE ZERORUN_HAVE_ONEDNN=1)
   endif()
+  # Each runtime/observe/*.proto becomes <name>.pb.{h,cc} in the build tree, compiled into the library
+  # (included as "<name>.pb.h"; generated code is built without warnings).
+  file(GLOB _protos CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/runtime/observe/*.proto")
+  set(_gen "${CMAKE_BINARY_DIR}/gen")
+  file(MAKE_DIRECTORY "${_gen}")
+  foreach(proto IN LISTS _protos)
+    get_filename_component(_stem "${proto}" NAME_WE)
+    get_filename_component(_dir "${proto}" DIRECTORY)
+    add_custom_command(OUTPUT "${_gen}/${_stem}.pb.cc" "${_gen}/${_stem}.pb.h"
+      COMMAND ${ZR_PROTOC} "--proto_path=${_dir}" "--cpp_out=${_gen}" "${proto}"
+      DEPENDS "${proto}" COMMENT "protoc ${_stem}.proto" VERBATIM)
+    target_sources(${target} PRIVATE "${_gen}/${_stem}.pb.cc")
+    set_source_files_properties("${_gen}/${_stem}.pb.cc" PROPERTIES COMPILE_OPTIONS "-w")
+  endforeach()
+  target_include_directories(${target} SYSTEM PRIVATE "${_gen}")
+  target_link_libraries(${target} PRIVATE PkgConfig::ZR_PROTOBUF)
   if(ZERORUN_HAVE_CUDA)
     target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas zerorun_nccl)
     target_compile_definitions(${target} PUBLIC ZERORUN_HAVE_CUDA=1)

@@ -14,6 +14,7 @@
 #include "zerorun/core/log.h"
 #include "zerorun/core/tensor.h"
 #include "zerorun/core/timer.h"
+#include "zerorun/core/trace.h"
 
 namespace zerorun::comm {
 
@@ -451,6 +452,11 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
     s.bytes_received += op.bytes_received;
     s.payload_bytes += payload;
     s.total_time_s += secs;
+    if (tracer_ != nullptr) {
+      tracer_->Complete(OpTypeName(op.op), "comm", start, start + secs, trace_track_,
+                        Format("\"bytes\": {}, \"seq\": {}, \"dtype\": \"{}\", \"count\": {}", payload, op.seq,
+                               DTypeName(op.dtype), op.count));
+    }
     bool profiled = logger_.prof_all ||
                     std::find(logger_.prof_ops.begin(), logger_.prof_ops.end(), OpTypeName(op.op)) != logger_.prof_ops.end();
     if (logger_.enabled && profiled) {
@@ -618,6 +624,13 @@ void Communicator::ResetStats() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = CommStats{};
   records_.clear();
+}
+
+void Communicator::SetTracer(Tracer* tracer) {
+  const int track = tracer != nullptr ? tracer->Track("comm " + name_) : 0;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  tracer_ = tracer;
+  trace_track_ = track;
 }
 
 void Communicator::SetCommsLogger(const CommsLoggerOptions& options) {

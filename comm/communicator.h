@@ -35,6 +35,7 @@
 
 namespace zerorun {
 class Tensor;
+class Tracer;
 }
 
 namespace zerorun::comm {
@@ -210,6 +211,11 @@ class Communicator {
   // DeepSpeed-style summary table: per op and message size, count, mean latency, algbw, busbw.
   std::string LogSummary() const;
   uint64_t last_seq() const { return seq_.load(); }
+  // Timeline (core/trace.h): every op of this group that completes from now on is a span on `tracer`'s
+  // track "comm <name>" (execution start to completion; args: bytes as nccl-tests count them, seq,
+  // dtype, elements), recorded before the op's Work completes. nullptr stops it. Not owned: the caller
+  // keeps it alive until it is set to nullptr (or this communicator is gone).
+  void SetTracer(Tracer* tracer);
 
  protected:
   Communicator(std::string backend_name, std::string name, int rank, int size, const CommOptions& options);
@@ -299,6 +305,8 @@ class Communicator {
   CommStats stats_;
   CommsLoggerOptions logger_;
   std::vector<CommRecord> records_;
+  Tracer* tracer_ = nullptr;  // guarded by stats_mu_
+  int trace_track_ = 0;
 };
 
 }  // namespace zerorun::comm

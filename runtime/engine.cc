@@ -8,6 +8,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
+#include "zerorun/core/trace.h"
 #include "zerorun/kernels/ops.h"
 #include "zerorun/runtime/engine_internal.h"
 #include "zerorun/runtime/engine_settings.h"
@@ -77,16 +78,20 @@ class Engine::Observer final : public nn::ModuleObserver {
   explicit Observer(Engine& e) : e_(e) {}
 
   void PreForward(nn::Module& m, bool) override {
+    if (TraceSpan::Active()) starts_.push_back(NowSeconds());
     if (Ids(m)) e_.impl_->strategy->PreForward(module_, ids_);
   }
-  void PostForward(nn::Module& m, bool) override {
+  void PostForward(nn::Module& m, bool recompute) override {
     if (Ids(m)) e_.impl_->strategy->PostForward(module_, ids_);
+    EndSpan(m, recompute ? "recompute" : "forward");
   }
   void PreBackward(nn::Module& m) override {
+    if (TraceSpan::Active()) starts_.push_back(NowSeconds());
     if (Ids(m)) e_.impl_->strategy->PreBackward(module_, ids_);
   }
   void PostBackward(nn::Module& m) override {
     if (Ids(m)) e_.impl_->strategy->PostBackward(module_, ids_);
+    EndSpan(m, "backward");
   }
   void GradsReady(nn::Module&, const std::vector<nn::Parameter*>& params) override {
     Impl& im = *e_.impl_;
@@ -113,9 +118,20 @@ class Engine::Observer final : public nn::ModuleObserver {
     return true;
   }
 
+  // The timeline's span of m's window (core/trace.h), opened in Pre*.
+  void EndSpan(nn::Module& m, const char* category) {
+    Tracer* t = Tracer::Current();
+    if (t == nullptr || starts_.empty()) return;
+    const double start = starts_.back();
+    starts_.pop_back();
+    t->Complete(m.path().empty() ? m.type_name() : m.path(), category, start, NowSeconds(), Tracer::CurrentTrack(),
+                "\"type\": " + JsonQuote(m.type_name()));
+  }
+
   Engine& e_;
   std::vector<int> ids_;
   int module_ = 0;
+  std::vector<double> starts_;  // open module spans (nested windows)
 };
 
 Engine::Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Communicator> comm, EngineOptions options)
@@ -136,6 +152,16 @@ Engine::Engine(nn::LossModule& model, Config config, comm::Communicator& comm, E
 Engine::~Engine() {
   model_.SetObserver(nullptr);
   if (impl_) impl_->strategy.reset();  // waits for what is in flight before the buffers go
+  if (impl_ && impl_->tracer) {
+    comm_->SetTracer(nullptr);
+    if (!impl_->trace_written) {
+      try {
+        WriteTrace();
+      } catch (const std::exception& e) {
+        ZR_WARN("{}", e.what());
+      }
+    }
+  }
 }
 
 void Engine::Init() {
@@ -144,6 +170,12 @@ void Engine::Init() {
   impl_ = std::make_unique<Impl>();
   impl_->device = comm_->device();
   kernels::KernelDeviceScope kernel_scope(impl_->device);
+  if (!options_.trace_file.empty()) {
+    impl_->tracer = std::make_unique<Tracer>(comm_->rank(), Format("rank {}", comm_->rank()));
+    comm_->SetTracer(impl_->tracer.get());
+  }
+  ScopedTrace trace(impl_->tracer.get());
+  TraceSpan span("phase", "engine init");
   ValidateForEngine(config_, comm_->size());  // the checks `zerorun-config check` runs too
   ApplyProcessSettings(config_, *comm_);       // log_level, comms_logger
   model_dtype_ = config_.ModelDType();
@@ -174,9 +206,7 @@ void Engine::Init() {
   if (checkpointing && checkpointing->enabled) {
     checkpointer_ = std::make_unique<ActivationCheckpointer>(model_, *checkpointing, rank() == 0);
   }
-  if (config_.csv_monitor.enabled && rank() == 0) {
-    impl_->monitor = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path, config_.csv_monitor.job_name);
-  }
+  InitMonitors();
   if (rank() == 0) {
     ZR_INFO("engine: ZeRO stage {}, {} on {} rank(s), {} parameters in {} group(s), micro batch {} x accumulation {} "
             "x world {} = batch {}", zero_stage(), DTypeName(model_dtype_), world_size(), num_parameters_,
@@ -241,6 +271,11 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   ScopedMemoryAccount scope(&account_);
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "forward");
+  ScopedTrace trace(ActiveTracer());
+  if (micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) == 0) {
+    impl_->window_start = NowSeconds();
+  }
+  TraceSpan span("phase", "forward");
   model_.Train();
   impl_->grads_seen.clear();
   impl_->strategy->BeginForward(IsGradientAccumulationBoundary());
@@ -248,6 +283,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   last_loss_ = model_.ForwardLoss(OnDevice(AutoCastInput(config_, inputs), impl_->device), OnDevice(targets, impl_->device));
   impl_->strategy->EndForward();
   forward_pending_ = true;
+  NoteMemory("forward");
   return last_loss_;
 }
 
@@ -256,6 +292,8 @@ void Engine::Backward() {
   ScopedMemoryAccount scope(&account_);
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "backward");
+  ScopedTrace trace(ActiveTracer());
+  TraceSpan span("phase", "backward");
   forward_pending_ = false;
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
   try {
@@ -266,6 +304,7 @@ void Engine::Backward() {
     impl_->strategy->AbortBackward();
     throw;
   }
+  NoteMemory("backward");
 }
 
 void Engine::CheckUnusedParameters() {
@@ -303,8 +342,13 @@ StepResult Engine::Step() {
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   StepResult r;
   if (IsGradientAccumulationBoundary()) {
-    ScopedTimer timer(timers_, "step");
-    r = BoundaryStep();
+    {
+      ScopedTimer timer(timers_, "step");
+      ScopedTrace trace(ActiveTracer());
+      TraceSpan span("phase", "optimizer step");
+      r = BoundaryStep();
+    }
+    TraceStepEnd();
   }
   ++micro_steps_;
   last_step_ = r;

@@ -38,6 +38,9 @@
 #include "zerorun/runtime/nn/loss.h"
 #include "zerorun/runtime/param_groups.h"
 
+namespace zerorun {
+class Tracer;
+}
 namespace zerorun::zero {
 class Strategy;
 }
@@ -62,6 +65,14 @@ struct EngineOptions {
   // (runtime/activation_checkpointing.h). Unset: what the config's activation_checkpointing section
   // asks for (off when the file writes none of its keys); set, it wins over the config.
   std::optional<ActivationCheckpointingOptions> activation_checkpointing;
+  // Timeline (core/trace.h, docs/monitoring.md): a Chrome trace-event JSON of this rank — each step,
+  // forward/backward/optimizer phases, every module's forward, backward and recompute, optimizer
+  // sub-groups, and the communicator's ops (bucket reductions, gathers) with bytes on their own track.
+  // "{rank}" in the path is replaced by the rank; without it, ranks > 0 write "<stem>.rank<R><ext>".
+  // Written by WriteTrace() or when the engine is destroyed. Empty: no trace.
+  std::string trace_file;
+  // Only the first `trace_steps` optimizer steps are traced (0: all).
+  int64_t trace_steps = 0;
 };
 
 // The result of one Step() call.
@@ -159,6 +170,9 @@ class Engine {
   // gather_wait (the part of forward and backward spent blocked on parameter gathers).
   Timers& timers() { return timers_; }
   nn::LossModule& model() { return model_; }
+  // Writes the timeline to EngineOptions::trace_file (this rank's path, returned; "" when no trace is
+  // kept). Throws IoError naming the path. May be called more than once (the file is replaced).
+  std::string WriteTrace();
   // The checkpointing policy in force (nullptr: no activation checkpointing).
   const ActivationCheckpointer* activation_checkpointer() const { return checkpointer_.get(); }
 
@@ -171,6 +185,12 @@ class Engine {
   void BuildOptimizer();
   void BuildStrategy(const std::vector<nn::Parameter*>& model_params);
   void LogProgress();
+  // engine_observe.cc: monitors (csv_monitor, tensorboard) and memory_breakdown.
+  void InitMonitors();
+  void WriteMonitorEvents(const StepResult& r);
+  void NoteMemory(const char* point);
+  Tracer* ActiveTracer();  // the tracer while steps are traced (nullptr: none)
+  void TraceStepEnd();
   StepResult BoundaryStep();
   void CheckUnusedParameters();  // after a backward that left trainable parameters without gradients
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "zerorun/core/tensor.h"
+#include "zerorun/core/trace.h"
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/loss_scaler.h"
@@ -54,7 +55,15 @@ struct Engine::Impl {
   LossScaler scaler;
   std::unique_ptr<zero::Strategy> strategy;                // declared after what it refers to
   std::unique_ptr<nn::ModuleObserver> observer;
-  std::unique_ptr<CsvMonitor> monitor;
+  // csv_monitor and tensorboard (rank 0): the scalars of every boundary step (engine_observe.cc).
+  std::vector<std::unique_ptr<Monitor>> monitors;
+  double last_boundary_time = 0;           // tokens_per_second between boundaries
+  comm::CommStats last_comm_stats;         // bytes per collective between boundaries
+  int64_t mem_after_forward = 0;           // memory_breakdown: total bytes at the window's points
+  int64_t mem_after_backward = 0;
+  std::unique_ptr<Tracer> tracer;          // EngineOptions::trace_file
+  bool trace_written = false;
+  double window_start = 0;                 // NowSeconds() at the window's first Forward
   // ignore_unused_parameters: the trainable parameters whose gradients were reported final in this
   // backward (the others got none), how many there are, and whether the first miss was logged.
   std::unordered_set<nn::Parameter*> grads_seen;

@@ -49,18 +49,7 @@ StepResult Engine::BoundaryStep() {
   ZeroGrad();
   ++global_steps_;
   global_samples_ += config_.train_batch_size();
-  if (impl_->monitor) {
-    std::vector<MonitorEvent> events = {{"Train/Samples/lr", GetLr().empty() ? 0.0 : GetLr()[0], global_samples_}};
-    if (fp16) events.push_back({"Train/Samples/loss_scale", impl_->scaler.scale(), global_samples_});
-    events.push_back({"Train/Samples/train_loss", last_loss_, global_samples_});
-    if (config_.wall_clock_breakdown) {
-      for (const char* t : {"forward", "backward", "backward_allreduce", "step"}) {
-        events.push_back({Format("Train/Samples/elapsed_time_ms_{}", t), timers_.Get(t).total_ms, global_samples_});
-      }
-    }
-    impl_->monitor->Write(events);
-    impl_->monitor->Flush();
-  }
+  WriteMonitorEvents(r);
   LogProgress();
   return r;
 }

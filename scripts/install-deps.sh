@@ -6,7 +6,7 @@ set -euo pipefail
 
 # Build: compiler, CMake >= 3.25, Ninja, pkg-config and the libraries zerorun links.
 build_pkgs=(g++ cmake ninja-build pkg-config rapidjson-dev liburing-dev libhwloc-dev libucx-dev
-            libopenblas-dev libdnnl-dev libxxhash-dev)
+            libopenblas-dev libdnnl-dev libxxhash-dev libprotobuf-dev protobuf-compiler)
 # Tests: doctest; clang + its runtime for the libFuzzer target; what the launcher's tests start
 # (sshd in network namespaces, pdsh, iproute2; a one-node Slurm with munge; OpenMPI's mpirun) and
 # procps for process-table checks. Each such test skips, naming the package, when it is missing.

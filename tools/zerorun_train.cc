@@ -68,6 +68,10 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            (every rank takes part; ZeRO stage 3 needs
                            zero_optimization.stage3_gather_16bit_weights_on_model_save: true)
   --log_every N            progress line every N steps on rank 0 (default 10)
+  --trace FILE             write a Chrome trace-event timeline (Perfetto, chrome://tracing) of each rank:
+                           steps, module forward/backward/recompute, optimizer sub-groups, collectives with
+                           bytes; {rank} in FILE is replaced, else ranks > 0 write FILE's stem + .rank<R>
+  --trace_steps N          trace only the first N steps (default 0: all)
   --backend ucx|local|nccl communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
   --device cpu|cuda        where the model, gradients and optimizer state live (default: the backend's
                            device, cpu for ucx/local). cuda: one GPU per local rank (LOCAL_RANK), NCCL
@@ -92,6 +96,8 @@ struct Args {
   std::string device;  // "", "cpu" or "cuda"
   bool allow_unknown = false;
   bool checkpoint_activations = false;
+  std::string trace;
+  int64_t trace_steps = 0;
 };
 
 [[noreturn]] void UsageError(const std::string& msg) {
@@ -113,11 +119,12 @@ Args ParseArgs(int argc, char** argv) {
   Args a;
   std::map<std::string, std::string*> strings = {{"--deepspeed_config", &a.config_path}, {"--data", &a.data},
                                                  {"--summary", &a.summary}, {"--backend", &a.backend}, {"--device", &a.device},
-                                                 {"--save_16bit_model", &a.save_16bit_model}};
+                                                 {"--save_16bit_model", &a.save_16bit_model},
+                                                 {"--trace", &a.trace}};
   std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
       {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
       {"--d_model", {&a.d_model, 1}}, {"--seq_len", {&a.seq_len, 1}}, {"--vocab_size", {&a.vocab_size, 2}},
-      {"--log_every", {&a.log_every, 1}}};
+      {"--log_every", {&a.log_every, 1}}, {"--trace_steps", {&a.trace_steps, 0}}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -272,6 +279,8 @@ int Run(const Args& args) {
   }
   eo.groups.no_weight_decay_for_1d = true;
   eo.init_seed = args.seed;  // the engine fills parameters (at stage 3 only this rank's shards)
+  eo.trace_file = args.trace;
+  eo.trace_steps = args.trace_steps;
   zr::runtime::Engine engine(model, cfg, comm, eo);
   if (rank == 0) {
     ZR_INFO("gemm: {}", zr::kernels::GemmDescription());
@@ -363,6 +372,10 @@ int Run(const Args& args) {
       std::printf("saved the %s model to %s/%s\n", zr::DTypeName(engine.model_dtype()),
                   args.save_16bit_model.c_str(), file.c_str());
     }
+  }
+  if (!args.trace.empty()) {
+    const std::string path = engine.WriteTrace();
+    if (rank == 0) std::printf("trace: %s (one file per rank; docs/monitoring.md)\n", path.c_str());
   }
   if (!args.summary.empty()) zr::runtime::WriteSummaryJson(summary, zr::runtime::ExpandRankPattern(args.summary, rank));
   return 0;

@@ -5,6 +5,8 @@
 
 #include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
+#include "zerorun/core/format.h"
+#include "zerorun/core/trace.h"
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::zero {
@@ -255,6 +257,9 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
     for (int i = 0; i < n; ++i) {
       if (i + 1 < n) store_->Prefetch(i + 1, StateAccess::kReadWrite);
       const StateSubGroup& sg = l.sub_groups[static_cast<size_t>(i)];
+      TraceSpan span("optimizer", TraceSpan::Active() ? Format("sub_group {}", i) : std::string(),
+                     TraceSpan::Active() ? Format("\"group\": {}, \"elements\": {}", sg.group, sg.range.size())
+                                         : std::string());
       SubGroupState st = store_->Acquire(i, StateAccess::kReadWrite);
       for (const Span& s : SpansOf(i, by_tensor)) {
         fn(sg.group, s, st);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,8 @@ struct RunSpec {
   std::string precision_json;  // replaces the default fp16/bf16 section (trailing comma included)
   std::string optimizer = "AdamW";  // another type is allowed with zero_allow_untested_optimizer
   uint64_t seed = 7;
+  std::optional<gpt::GptConfig> model;  // unset: TinyGpt(dtype)
+  runtime::EngineOptions engine_options;
 };
 
 struct RunResult {
@@ -130,10 +133,10 @@ inline RunResult Train(const RunSpec& s) {
   std::mutex mu;
   comm::RunLocalRanks(s.world, [&](comm::Communicator& comm) {
     runtime::Config cfg = LoadSpecConfig(s);
-    gpt::GptConfig gc = TinyGpt(s.dtype);
+    gpt::GptConfig gc = s.model ? *s.model : TinyGpt(s.dtype);
     gpt::Gpt model(gc);
     model.Initialize(s.seed);
-    runtime::Engine engine(model, cfg, comm);
+    runtime::Engine engine(model, cfg, comm, s.engine_options);
     std::vector<double> losses;
     std::vector<double> scales;
     for (int step = 0; step < s.steps; ++step) {
