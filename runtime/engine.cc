@@ -77,11 +77,13 @@ class Engine::Observer final : public nn::ModuleObserver {
  public:
   explicit Observer(Engine& e) : e_(e) {}
 
-  void PreForward(nn::Module& m, bool) override {
+  void PreForward(nn::Module& m, bool recompute) override {
     if (TraceSpan::Active()) starts_.push_back(NowSeconds());
     if (Ids(m)) e_.impl_->strategy->PreForward(module_, ids_);
+    if (FlopsProfiler* p = e_.impl_->profiler.get()) p->PreForward(m, recompute);
   }
   void PostForward(nn::Module& m, bool recompute) override {
+    if (FlopsProfiler* p = e_.impl_->profiler.get()) p->PostForward(m, recompute);
     if (Ids(m)) e_.impl_->strategy->PostForward(module_, ids_);
     EndSpan(m, recompute ? "recompute" : "forward");
   }
@@ -207,6 +209,7 @@ void Engine::Init() {
     checkpointer_ = std::make_unique<ActivationCheckpointer>(model_, *checkpointing, rank() == 0);
   }
   InitMonitors();
+  InitFlopsProfiler();
   if (rank() == 0) {
     ZR_INFO("engine: ZeRO stage {}, {} on {} rank(s), {} parameters in {} group(s), micro batch {} x accumulation {} "
             "x world {} = batch {}", zero_stage(), DTypeName(model_dtype_), world_size(), num_parameters_,
@@ -274,14 +277,17 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   ScopedTrace trace(ActiveTracer());
   if (micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) == 0) {
     impl_->window_start = NowSeconds();
+    MaybeStartFlopsProfile();
   }
   TraceSpan span("phase", "forward");
   model_.Train();
   impl_->grads_seen.clear();
   impl_->strategy->BeginForward(IsGradientAccumulationBoundary());
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
+  Stopwatch watch;
   last_loss_ = model_.ForwardLoss(OnDevice(AutoCastInput(config_, inputs), impl_->device), OnDevice(targets, impl_->device));
   impl_->strategy->EndForward();
+  if (impl_->profiler) impl_->profiler->profile().fwd_ms += watch.ElapsedMs();
   forward_pending_ = true;
   NoteMemory("forward");
   return last_loss_;
@@ -296,9 +302,11 @@ void Engine::Backward() {
   TraceSpan span("phase", "backward");
   forward_pending_ = false;
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
+  Stopwatch watch;
   try {
     model_.BackwardLoss(static_cast<float>(impl_->scaler.scale() / gas));
     impl_->strategy->EndBackward();
+    if (impl_->profiler) impl_->profiler->profile().bwd_ms += watch.ElapsedMs();
     if (static_cast<int64_t>(impl_->grads_seen.size()) < impl_->trainable_params) CheckUnusedParameters();
   } catch (...) {
     impl_->strategy->AbortBackward();
@@ -346,9 +354,12 @@ StepResult Engine::Step() {
       ScopedTimer timer(timers_, "step");
       ScopedTrace trace(ActiveTracer());
       TraceSpan span("phase", "optimizer step");
+      Stopwatch watch;
       r = BoundaryStep();
+      if (impl_->profiler) impl_->profiler->profile().step_ms += watch.ElapsedMs();
     }
     TraceStepEnd();
+    FinishFlopsProfile();
   }
   ++micro_steps_;
   last_step_ = r;

@@ -41,6 +41,9 @@
 namespace zerorun {
 class Tracer;
 }
+namespace zerorun::runtime {
+struct FlopsProfile;
+}
 namespace zerorun::zero {
 class Strategy;
 }
@@ -73,6 +76,9 @@ struct EngineOptions {
   std::string trace_file;
   // Only the first `trace_steps` optimizer steps are traced (0: all).
   int64_t trace_steps = 0;
+  // flops_profiler: this rank's peak FLOP/s for MFU. 0: the environment's ZERORUN_PEAK_TFLOPS, else a
+  // short GEMM probe at construction (runtime/observe/flops_profiler.h).
+  double peak_flops = 0;
 };
 
 // The result of one Step() call.
@@ -170,6 +176,9 @@ class Engine {
   // gather_wait (the part of forward and backward spent blocked on parameter gathers).
   Timers& timers() { return timers_; }
   nn::LossModule& model() { return model_; }
+  // The flops_profiler's profile of its step (rank 0, once that step ended; nullptr before, or when the
+  // profiler is off).
+  const FlopsProfile* flops_profile() const;
   // Writes the timeline to EngineOptions::trace_file (this rank's path, returned; "" when no trace is
   // kept). Throws IoError naming the path. May be called more than once (the file is replaced).
   std::string WriteTrace();
@@ -191,6 +200,9 @@ class Engine {
   void NoteMemory(const char* point);
   Tracer* ActiveTracer();  // the tracer while steps are traced (nullptr: none)
   void TraceStepEnd();
+  void InitFlopsProfiler();
+  void MaybeStartFlopsProfile();  // at a window's first Forward
+  void FinishFlopsProfile();      // after the boundary step
   StepResult BoundaryStep();
   void CheckUnusedParameters();  // after a backward that left trainable parameters without gradients
 

@@ -16,6 +16,7 @@
 #include "zerorun/runtime/loss_scaler.h"
 #include "zerorun/runtime/lr_schedules.h"
 #include "zerorun/runtime/monitor.h"
+#include "zerorun/runtime/observe/flops_profiler.h"
 #include "zerorun/runtime/optim/optimizer.h"
 #include "zerorun/zero/strategy.h"
 
@@ -64,6 +65,11 @@ struct Engine::Impl {
   std::unique_ptr<Tracer> tracer;          // EngineOptions::trace_file
   bool trace_written = false;
   double window_start = 0;                 // NowSeconds() at the window's first Forward
+  // flops_profiler (rank 0): recording during the profiled step, then its profile.
+  std::unique_ptr<FlopsProfiler> profiler;
+  std::unique_ptr<FlopsProfile> flops_profile;
+  double peak_flops = 0;
+  std::string peak_source;
   // ignore_unused_parameters: the trainable parameters whose gradients were reported final in this
   // backward (the others got none), how many there are, and whether the first miss was logged.
   std::unordered_set<nn::Parameter*> grads_seen;

@@ -5,6 +5,9 @@
 //   Train/Samples/grad_norm (applied steps), tokens_per_second (since the previous boundary),
 //   memory_MiB/<category> (this rank's account, current at the step's end), peak_memory_MiB,
 //   comm_bytes/<op> (bytes this rank sent in the step, per collective kind) — zerorun's.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "zerorun/core/timer.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/engine_internal.h"
+#include "zerorun/runtime/observe/flops_profiler.h"
 #include "zerorun/runtime/observe/tensorboard.h"
 
 namespace zerorun::runtime {
@@ -31,6 +35,65 @@ void Engine::InitMonitors() {
     impl_->monitors.push_back(std::move(tb));
   }
 }
+
+// ---- flops_profiler (rank 0, the step that begins when global_steps == profile_step) ---------------
+
+void Engine::InitFlopsProfiler() {
+  if (!config_.flops_profiler.enabled || rank() != 0) return;
+  if (options_.peak_flops > 0) {
+    impl_->peak_flops = options_.peak_flops;
+    impl_->peak_source = "given";
+  } else if (const char* env = std::getenv("ZERORUN_PEAK_TFLOPS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const double t = std::strtod(env, &end);
+    if (*end != '\0' || !(t > 0)) {
+      ZR_THROW(InvalidArgument, "ZERORUN_PEAK_TFLOPS must be a positive number of TFLOP/s, got '{}'", env);
+    }
+    impl_->peak_flops = t * 1e12;
+    impl_->peak_source = "ZERORUN_PEAK_TFLOPS";
+  } else {
+    MemoryAccount probe_account("flops probe");  // the probe's buffers are not the engine's memory
+    ScopedMemoryAccount scope(&probe_account);
+    impl_->peak_flops = MeasurePeakFlops(model_dtype_);
+    impl_->peak_source = Format("measured: best {}^3 {} GEMM of this rank at start-up", 512, DTypeName(model_dtype_));
+  }
+}
+
+void Engine::MaybeStartFlopsProfile() {
+  if (!config_.flops_profiler.enabled || rank() != 0 || impl_->flops_profile || impl_->profiler) return;
+  if (global_steps_ != config_.flops_profiler.profile_step) return;
+  impl_->profiler = std::make_unique<FlopsProfiler>(model_);
+  impl_->profiler->profile().step = global_steps_;
+}
+
+void Engine::FinishFlopsProfile() {
+  if (!impl_->profiler) return;
+  impl_->profiler->Finish();
+  auto p = std::make_unique<FlopsProfile>(impl_->profiler->profile());
+  impl_->profiler.reset();
+  p->samples = config_.micro_batch_per_gpu() * config_.gradient_accumulation_steps();
+  p->world_size = world_size();
+  p->peak_flops = impl_->peak_flops;
+  p->peak_source = impl_->peak_source;
+  const std::string text = FlopsProfileText(*p, config_.flops_profiler);
+  if (config_.flops_profiler.output_file && !config_.flops_profiler.output_file->empty()) {
+    const std::string& path = *config_.flops_profiler.output_file;
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) throw IoError(ErrnoMessage("flops_profiler.output_file: cannot create " + path, errno));
+    const bool written = std::fputs(text.c_str(), f) >= 0;
+    if (std::fclose(f) != 0 || !written) {
+      throw IoError(ErrnoMessage("flops_profiler.output_file: cannot write " + path, errno));
+    }
+    char mfu[32];
+    std::snprintf(mfu, sizeof mfu, "%.2f%%", 100 * p->mfu());
+    ZR_INFO("flops_profiler: step {} profiled (MFU {}), the profile is in {}", p->step, mfu, path);
+  } else {
+    ZR_INFO("\n{}", text);
+  }
+  impl_->flops_profile = std::move(p);
+}
+
+const FlopsProfile* Engine::flops_profile() const { return impl_->flops_profile.get(); }
 
 Tracer* Engine::ActiveTracer() {
   Tracer* t = impl_->tracer.get();

@@ -9,6 +9,8 @@
 //   dA = dy v^T    dv = A^T dy    dS = A * (dA - rowsum(dA * A))    dq = dS k / sqrt(HS)    dk = dS^T q / sqrt(HS)
 #include "zerorun/runtime/nn/attention.h"
 
+#include "zerorun/runtime/nn/flops.h"
+
 #include <cmath>
 #include <limits>
 
@@ -118,6 +120,7 @@ Tensor CausalSelfAttention::OnForward(const Tensor& x) {
       }
     });
   }
+  CountForwardMacs(2 * B * T * T * C);  // Q·Kᵀ and A·V, every head (HS·NH = C), the full T×T
   if (training()) qkv_out_ = qkv, att_ = att;
   return drop_->Forward(proj_->Forward(y));
 }

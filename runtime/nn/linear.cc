@@ -1,6 +1,8 @@
 // Linear forward/backward through the GEMM kernel: fp32 accumulation, one rounding per output.
 #include "zerorun/runtime/nn/linear.h"
 
+#include "zerorun/runtime/nn/flops.h"
+
 #include "zerorun/kernels/ops.h"
 
 namespace zerorun::nn {
@@ -47,6 +49,7 @@ Tensor Linear::OnForward(const Tensor& x) {
   p.c = y.data(), p.c_type = dtype_, p.ldc = out_;
   if (bias_ != nullptr) p.bias = bias_->data().data(), p.bias_type = dtype_;
   kernels::Gemm(p);
+  CountForwardMacs(N * in_ * out_);
   if (training()) x_ = x;
   return y;
 }

@@ -73,6 +73,7 @@ struct RunSpec {
   uint64_t seed = 7;
   std::optional<gpt::GptConfig> model;  // unset: TinyGpt(dtype)
   runtime::EngineOptions engine_options;
+  std::function<void(runtime::Engine&)> after;  // called on every rank after the last step
 };
 
 struct RunResult {
@@ -150,6 +151,7 @@ inline RunResult Train(const RunSpec& s) {
       losses.push_back(sum / static_cast<double>(s.gas));
       scales.push_back(engine.loss_scale());
     }
+    if (s.after) s.after(engine);
     std::vector<float> flat = FlatParameters(engine);
     std::lock_guard<std::mutex> lock(mu);
     rank_losses[static_cast<size_t>(comm.rank())] = losses;
