@@ -246,8 +246,8 @@ std::string ReportHtml(const SweepSpec& spec, const std::vector<TrialRecord>& t)
   return h;
 }
 
-void WriteReport(const SweepSpec& spec, const std::string& out_dir, const std::string& path) {
-  WriteFileAtomic(path, ReportHtml(spec, LoadSweepResults(spec, out_dir)));
+void WriteReport(const SweepSpec& spec, const std::string& out_dir, const std::string& path, const std::string& trials_dir) {
+  WriteFileAtomic(path, ReportHtml(spec, LoadSweepResults(spec, out_dir, trials_dir)));
 }
 
 }  // namespace zerorun::experiments

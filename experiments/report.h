@@ -19,6 +19,7 @@ std::string ReportHtml(const SweepSpec& spec, const std::vector<TrialRecord>& so
 std::vector<double> ParamImportance(const SweepSpec& spec, const std::vector<TrialRecord>& trials);
 
 // Loads out_dir's finished trials and writes the report to `path`. Throws IoError / InvalidArgument.
-void WriteReport(const SweepSpec& spec, const std::string& out_dir, const std::string& path);
+void WriteReport(const SweepSpec& spec, const std::string& out_dir, const std::string& path,
+                 const std::string& trials_dir = "");
 
 }  // namespace zerorun::experiments

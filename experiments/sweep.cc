@@ -45,10 +45,10 @@ double NumberAt(const rapidjson::Value& doc, const char* key, double def) {
   return v && v->IsNumber() ? v->GetDouble() : def;
 }
 
-std::string TrialDir(const std::string& out, int64_t id) {
+std::string TrialDir(const std::string& trials_root, int64_t id) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "trials/%04lld", static_cast<long long>(id));
-  return out + "/" + buf;
+  std::snprintf(buf, sizeof buf, "%04lld", static_cast<long long>(id));
+  return trials_root + "/" + buf;
 }
 
 // A progress line of zerorun-train: "step    10/300 | loss 3.1234 ...".
@@ -112,7 +112,11 @@ struct Live {
 class SweepRunner {
  public:
   SweepRunner(const SweepSpec& spec, const SweepOptions& opts)
-      : spec_(spec), opts_(opts), strategy_(MakeSearchStrategy(spec)), stopper_(MakeEarlyStopper(spec.early_stopping)) {}
+      : spec_(spec),
+        opts_(opts),
+        trials_root_(opts.trials_dir.empty() ? opts.out_dir + "/trials" : opts.trials_dir),
+        strategy_(MakeSearchStrategy(spec)),
+        stopper_(MakeEarlyStopper(spec.early_stopping)) {}
 
   SweepOutcome Run() {
     PrepareDirectory();
@@ -176,7 +180,8 @@ class SweepRunner {
 
   void PrepareDirectory() {
     std::error_code ec;
-    fs::create_directories(opts_.out_dir + "/trials", ec);
+    fs::create_directories(trials_root_, ec);
+    if (!ec) fs::create_directories(opts_.out_dir, ec);
     if (ec) ZR_THROW(IoError, "cannot create the results directory '{}': {}", opts_.out_dir, ec.message());
     const std::string marker = opts_.out_dir + "/sweep.json";
     if (fs::exists(marker)) {
@@ -202,7 +207,7 @@ class SweepRunner {
   void LoadFinished(int64_t total) {
     std::error_code ec;
     for (int64_t id = 0; id < total; ++id) {
-      const std::string dir = TrialDir(opts_.out_dir, id);
+      const std::string dir = TrialDir(trials_root_, id);
       const std::string result = dir + "/result.json";
       if (!fs::exists(result, ec)) continue;
       TrialRecord t = TrialFromJson(spec_, ReadWholeFile(result), result);
@@ -259,7 +264,7 @@ class SweepRunner {
   }
 
   void BeginTrial(int64_t id) {
-    const std::string dir = TrialDir(opts_.out_dir, id);
+    const std::string dir = TrialDir(trials_root_, id);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) ZR_THROW(IoError, "cannot create '{}': {}", dir, ec.message());
@@ -297,7 +302,7 @@ class SweepRunner {
     l.trial_index = index;
     l.repeat = repeat;
     l.key = Format("{}/{}", t.id, repeat);
-    const std::string tdir = TrialDir(opts_.out_dir, t.id);
+    const std::string tdir = TrialDir(trials_root_, t.id);
     l.dir = Format("{}/run{}", tdir, repeat);
     std::error_code ec;
     fs::remove_all(l.dir, ec);  // a run cut short by an earlier invocation starts over
@@ -306,7 +311,7 @@ class SweepRunner {
     l.log_path = l.dir + "/log.txt";
     std::vector<std::string> argv = spec_.command.empty() ? std::vector<std::string>{opts_.default_trainer} : spec_.command;
     argv.insert(argv.end(), {"--deepspeed_config", RunConfig(tdir, l.dir), "--summary", l.dir + "/summary.{rank}.json"});
-    const uint64_t seed = SeedOf(t.id, repeat);
+    const uint64_t seed = spec_.seed_flag.empty() ? 0 : SeedOf(t.id, repeat);  // 0: none passed
     t.runs[static_cast<size_t>(repeat)].seed = seed;
     if (!spec_.seed_flag.empty()) argv.insert(argv.end(), {spec_.seed_flag, std::to_string(seed)});
     argv.insert(argv.end(), spec_.extra_args.begin(), spec_.extra_args.end());
@@ -460,7 +465,7 @@ class SweepRunner {
       }
     }
     rapidjson::Document cfg;
-    cfg.Parse(ReadWholeFile(TrialDir(opts_.out_dir, trials_[static_cast<size_t>(l.trial_index)].id) + "/config.json").c_str());
+    cfg.Parse(ReadWholeFile(TrialDir(trials_root_, trials_[static_cast<size_t>(l.trial_index)].id) + "/config.json").c_str());
     const rapidjson::Value* fp16 = GetJsonPath(cfg, "fp16.enabled");
     const int64_t steps = static_cast<int64_t>(NumberAt(d, "steps", 0)), skipped = static_cast<int64_t>(NumberAt(d, "skipped_steps", 0));
     if (fp16 && fp16->IsTrue()) {
@@ -514,7 +519,7 @@ class SweepRunner {
     if (t.runs.size() == 1 && !t.reason.empty()) t.reason = t.runs[0].reason;
     t.objective = n > 0 ? sum / static_cast<double>(n) : NAN;
     if (t.status == RunStatus::kDiverged || t.status == RunStatus::kFailed) t.objective = NAN;
-    const std::string dir = TrialDir(opts_.out_dir, t.id);
+    const std::string dir = TrialDir(trials_root_, t.id);
     WriteFileAtomic(dir + "/result.json", TrialToJson(spec_, t) + "\n");
     finished_ids_.insert(t.id);
     std::string params;
@@ -539,7 +544,7 @@ class SweepRunner {
     WriteFileAtomic(opts_.out_dir + "/results.jsonl", jsonl);
     for (const TrialRecord& t : done) {
       if (t.status != RunStatus::kOk || !std::isfinite(t.objective)) continue;
-      const std::string dir = TrialDir(opts_.out_dir, t.id);
+      const std::string dir = TrialDir(trials_root_, t.id);
       WriteFileAtomic(opts_.out_dir + "/best_config.json", ReadWholeFile(dir + "/config.json"));
       WriteFileAtomic(opts_.out_dir + "/best.json", TrialToJson(spec_, t) + "\n");
       break;
@@ -548,6 +553,7 @@ class SweepRunner {
 
   const SweepSpec& spec_;
   const SweepOptions& opts_;
+  const std::string trials_root_;
   std::unique_ptr<SearchStrategy> strategy_;
   std::unique_ptr<EarlyStopper> stopper_;
   std::vector<TrialRecord> trials_;
@@ -621,11 +627,12 @@ TrialSetup MakeTrialSetup(const SweepSpec& spec, const Point& sampled) {
   return out;
 }
 
-std::vector<TrialRecord> LoadSweepResults(const SweepSpec& spec, const std::string& out_dir) {
+std::vector<TrialRecord> LoadSweepResults(const SweepSpec& spec, const std::string& out_dir, const std::string& trials_dir) {
   std::vector<TrialRecord> out;
   std::error_code ec;
-  if (!fs::is_directory(out_dir + "/trials", ec)) ZR_THROW(InvalidArgument, "'{}' is not a sweep's results directory", out_dir);
-  for (const auto& e : fs::directory_iterator(out_dir + "/trials", ec)) {
+  const std::string root = trials_dir.empty() ? out_dir + "/trials" : trials_dir;
+  if (!fs::is_directory(root, ec)) ZR_THROW(InvalidArgument, "'{}' is not a sweep's results directory (no {})", out_dir, root);
+  for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string result = e.path().string() + "/result.json";
     if (fs::exists(result, ec)) out.push_back(TrialFromJson(spec, ReadWholeFile(result), result));
   }

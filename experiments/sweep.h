@@ -50,6 +50,7 @@ struct TrialRecord {
 
 struct SweepOptions {
   std::string out_dir;                      // the results directory (created)
+  std::string trials_dir;                   // where the trials go ("": out_dir/trials)
   std::string default_trainer;              // used when the spec has no "command"
   int64_t cores = 0;                        // 0: the machine's
   const std::atomic<bool>* interrupt = nullptr;  // set: stop the runs, keep what finished, return
@@ -78,6 +79,7 @@ struct TrialSetup {
 TrialSetup MakeTrialSetup(const SweepSpec& spec, const Point& sampled);
 
 // Reads the results directory's finished trials (for reports); sorted as results.csv.
-std::vector<TrialRecord> LoadSweepResults(const SweepSpec& spec, const std::string& out_dir);
+std::vector<TrialRecord> LoadSweepResults(const SweepSpec& spec, const std::string& out_dir,
+                                          const std::string& trials_dir = "");
 
 }  // namespace zerorun::experiments

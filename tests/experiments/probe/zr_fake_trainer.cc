@@ -3,7 +3,9 @@
 //   loss(step) = f + 2 exp(-step / 8) (+ seed noise 1e-3 * (seed % 7) when fake.noise is true).
 // Prints "step N/M | loss L" every step and writes zerorun-train's summary keys to --summary.
 // Misbehaves on request: fake.crash_above (exit 3 when x is above it), fake.nan_below (a NaN loss from
-// step 3 when y is below it), fake.fp16_stuck (every step skipped, loss scale 1), fake.sleep_ms per step.
+// step 3 when y is below it), fake.fp16_stuck (every step skipped, loss scale 1), fake.sleep_ms per step,
+// fake.oom_above (exit 1 "out of memory" when the micro batch is above it).
+// tokens/s = 1000 + 100 x + 10 micro_batch - 50 zero_stage (what the autotuning test maximises).
 #include <rapidjson/document.h>
 
 #include <chrono>
@@ -51,6 +53,17 @@ int main(int argc, char** argv) {
   if (!have_y) y = num("y", 0);
   const double f = (x - 0.3) * (x - 0.3) + (y + 0.2) * (y + 0.2) + 1 + (flag("noise") ? 1e-3 * static_cast<double>(seed % 7) : 0);
   const double sleep_ms = num("sleep_ms", 0);
+  auto top = [&](const char* key, const char* sub, double def) {
+    if (!d.HasMember(key)) return def;
+    const rapidjson::Value& v = sub ? (d[key].IsObject() && d[key].HasMember(sub) ? d[key][sub] : d[key]) : d[key];
+    return v.IsNumber() ? v.GetDouble() : def;
+  };
+  const double micro = top("train_micro_batch_size_per_gpu", nullptr, 1);
+  const double stage = d.HasMember("zero_optimization") && d["zero_optimization"].HasMember("stage") ? top("zero_optimization", "stage", 0) : 0;
+  if (micro > num("oom_above", INFINITY)) {
+    std::fprintf(stderr, "zr_fake_trainer: out of memory at micro batch %g\n", micro);
+    return 1;
+  }
   std::string losses;
   double loss = 0;
   for (long s = 1; s <= steps; ++s) {
@@ -72,7 +85,7 @@ int main(int argc, char** argv) {
     const bool stuck = flag("fp16_stuck");
     out << "{\"rank\": 0, \"steps\": " << steps << ", \"skipped_steps\": " << (stuck ? steps : 0)
         << ", \"losses\": [" << losses << "], \"final_loss\": " << (std::isfinite(loss) ? std::to_string(loss) : "null")
-        << ", \"loss_scale\": 1, \"tokens_per_second\": " << 1000 + 100 * x << ", \"seed\": " << seed
+        << ", \"loss_scale\": 1, \"tokens_per_second\": " << 1000 + 100 * x + 10 * micro - 50 * stage << ", \"seed\": " << seed
         << ", \"extra\": {\"x_times_y\": " << x * y << "}}\n";
   }
   return 0;
