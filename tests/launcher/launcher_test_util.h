@@ -170,8 +170,14 @@ inline std::vector<int> ProcessesMatching(const std::string& needle) {
   while (dirent* e = readdir(d)) {
     int pid = std::atoi(e->d_name);
     if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // read(2), not a stream: a process that exits meanwhile fails the read with ESRCH, which
+    // libstdc++'s filebuf turns into an exception.
+    std::string cmd;
+    int fd = ::open(("/proc/" + std::string(e->d_name) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) cmd.append(buf, static_cast<size_t>(n));
+    ::close(fd);
     for (char& c : cmd) c = c == '\0' ? ' ' : c;
     if (cmd.find(needle) != std::string::npos && Alive(pid)) out.push_back(pid);
   }
