@@ -167,12 +167,13 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
   for (int64_t m : MicroBatches(mb_min, mb_max, mb_n)) mb_choices += (mb_choices.empty() ? "" : ", ") + std::to_string(m);
   std::string args = Quote("--steps") + ", " + Quote(std::to_string(end_step));
   for (const std::string& x : opts.trainer_args) args += ", " + Quote(x);
-  // Built by concatenation: Format reads "}}" as a literal brace.
+  // One experiment at a time: throughput is only comparable on an otherwise idle machine. Built by
+  // concatenation: Format reads "}}" as a literal brace.
   const std::string objective = metric == "throughput" ? R"({"metric": "tokens_per_second", "mode": "max"})"
                                                        : R"({"metric": "summary.wall_seconds", "mode": "min"})";
   const std::string spec =
       "{\"base_config\": " + ToJson(base) + ", \"strategy\": " + Quote(strategy) +
-      ", \"trials\": " + std::to_string(num_trials) + ", \"args\": [" + args + "], \"world_size\": " +
+      ", \"trials\": " + std::to_string(num_trials) + ", \"parallel\": 1" + ", \"args\": [" + args + "], \"world_size\": " +
       std::to_string(opts.world_size) + ", \"stop_after_no_improvement\": " + std::to_string(early) +
       ", \"objective\": " + objective + ", \"params\": {" +
       "\"zero_stage\": {\"path\": \"zero_optimization.stage\", \"choices\": [" + stage_choices + "]}, " +
