@@ -19,6 +19,7 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kRecursiveDoubling: return "recursive_doubling";
     case Algorithm::kBinomialTree: return "binomial_tree";
     case Algorithm::kP2P: return "p2p";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -28,18 +29,20 @@ const char* TransportName(Transport t) {
     case Transport::kSelf: return "self";
     case Transport::kShm: return "shm";
     case Transport::kUcx: return "ucx";
+    case Transport::kShmUcx: return "shm+ucx";
   }
   return "?";
 }
 
 namespace {
-constexpr int kAlgorithms = static_cast<int>(Algorithm::kP2P) + 1;
+constexpr int kAlgorithms = static_cast<int>(Algorithm::kHierarchical) + 1;
+constexpr int kTransports = static_cast<int>(Transport::kShmUcx) + 1;
 struct Names {
-  std::string s[kAlgorithms][2][3];
+  std::string s[kAlgorithms][2][kTransports];
   Names() {
     for (int a = 0; a < kAlgorithms; ++a) {
       for (int p = 0; p < 2; ++p) {
-        for (int t = 0; t < 3; ++t) {
+        for (int t = 0; t < kTransports; ++t) {
           s[a][p][t] = std::string(AlgorithmName(static_cast<Algorithm>(a))) + "/" + ProtocolName(static_cast<Protocol>(p)) +
                        "/" + TransportName(static_cast<Transport>(t));
         }
@@ -81,6 +84,10 @@ Selection Select(const SelectInput& in) {
     const Transport t = Transport::kUcx;
     switch (in.op) {
       case OpType::kAllReduce:
+        // kAvg stays flat: the leaders' sum would need its own division step.
+        if (in.hierarchical && !small && in.count >= static_cast<size_t>(in.size) && in.reduce != ReduceOp::kAvg) {
+          return {A::kHierarchical, P::kPipelined, Transport::kShmUcx};
+        }
         if (small || in.count < static_cast<size_t>(in.size)) return {A::kRecursiveDoubling, P::kEager, t};
         return {A::kRing, P::kPipelined, t};
       case OpType::kReduceScatter:

@@ -13,6 +13,8 @@
 //   reduce          rs_gather/pipelined                          binomial_tree/eager
 //   barrier         counters/eager                               recursive_doubling/eager
 //   send, recv      -                                            p2p/eager (always ucx)
+// A group over several nodes with several ranks on some node (ZERORUN_COMM_HIERARCHICAL, default on):
+//   all_reduce > small, sum/max/min: hierarchical/pipelined/shm+ucx; everything else as "otherwise".
 //   one rank        copy/eager over "self"
 // "small" is ZERORUN_UCX_SMALL_BYTES (default 64 KiB) for both transports, so the shm path reduces in the
 // same order as the UCX path it replaces (docs/comm.md states where the bits still differ).
@@ -38,9 +40,11 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // ucx
   kBinomialTree,       // ucx
   kP2P,                // ucx send/recv
+  kHierarchical,       // groups over several nodes: shm reduce to each node's leader, UCX all-reduce
+                       // among the leaders, shm broadcast from each leader
 };
 enum class Protocol : uint8_t { kEager, kPipelined };
-enum class Transport : uint8_t { kSelf, kShm, kUcx };
+enum class Transport : uint8_t { kSelf, kShm, kUcx, kShmUcx };
 
 const char* AlgorithmName(Algorithm a);
 const char* ProtocolName(Protocol p);
@@ -60,7 +64,9 @@ struct SelectInput {
   size_t bytes = 0;        // count · element size
   int size = 1;            // ranks in the group
   bool shm = false;        // every rank of the group is on this host and the shm segment is mapped
+  bool hierarchical = false;  // the group spans nodes and has node and leader subgroups
   size_t small_bytes = 64 << 10;
+  ReduceOp reduce = ReduceOp::kSum;
 };
 
 Selection Select(const SelectInput& in);

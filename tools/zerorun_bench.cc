@@ -6,7 +6,8 @@
 //                 [--dtype fp32] [--op sum] [--json] [--check]
 //
 // Runs as one rank of a job started by the launcher (RANK, WORLD_SIZE, MASTER_* in the environment),
-// or, with --nprocs N, starts N ranks itself: N processes on this machine for ucx and nccl (rendezvous on
+// or, with --nprocs N, starts N ranks itself: N processes on this machine for ucx and nccl (with
+// ZERORUN_BENCH_RANKS_PER_NODE=K, ranks r/K get the same ZERORUN_NODE_ID: simulated nodes) (rendezvous on
 // a free loopback port; nccl rank r uses GPU LOCAL_RANK = r), N threads for local. With nccl the
 // buffers are device memory of the communicator's GPU (core's allocator; --check data is copied in and
 // out), and a collective's time runs from its enqueue to its completion event. Per message size it prints time (µs, the slowest rank's mean
@@ -280,6 +281,10 @@ int SpawnRanks(int n, int argc, char** argv) {
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("ZERORUN_JOB_TOKEN", token.c_str(), 1);
       ::setenv("ZERORUN_RESTART", "0", 1);
+      // Simulated nodes for the hierarchical path: ranks r/K share a node (comm/ucx/ucx_comm.h).
+      if (const char* k = std::getenv("ZERORUN_BENCH_RANKS_PER_NODE"); k && std::atoi(k) > 0) {
+        ::setenv("ZERORUN_NODE_ID", std::to_string(r / std::atoi(k)).c_str(), 1);
+      }
       ::execv("/proc/self/exe", args.data());
       std::perror("zerorun-bench: exec");
       ::_exit(127);

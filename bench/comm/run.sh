@@ -61,6 +61,19 @@ for round in $(seq "$rounds"); do
   done
 done
 
+# Hierarchical vs flat across two simulated nodes of 2 ranks (ZERORUN_NODE_ID via
+# ZERORUN_BENCH_RANKS_PER_NODE=2; UCX_TLS=tcp,self so the inter-node traffic goes over TCP loopback as
+# between hosts, while each node's shm stays shared memory). Not network namespaces: see docs/comm.md.
+if [[ "${HIER:-1}" != 0 ]]; then
+  for round in $(seq "$rounds"); do
+    for mode in 1 0; do
+      UCX_TLS=tcp,self ZERORUN_BENCH_RANKS_PER_NODE=2 ZERORUN_COMM_HIERARCHICAL=$mode \
+        "$bench" all_reduce --nprocs 4 --min-bytes 1048576 --max-bytes 67108864 --factor 4 --json \
+        | sed "s/\"backend\": \"ucx\"/\"backend\": \"2x2-hier$mode\"/" >> "$out"
+    done
+  done
+fi
+
 python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -83,9 +96,10 @@ def bound(op, n, copy):
 for n in sorted(stream):
     s = stream[n]
     print(f"# stream copy, {n} ranks: median {statistics.median(s):.2f} GB/s (read+write; rounds: {', '.join(f'{x:.1f}' for x in s)})")
-keys = sorted({k[:3] for k in by}, key=lambda k: (k[1], k[0], k[2]))
+keys = sorted({k[:3] for k in by if not k[3].startswith("2x2-")}, key=lambda k: (k[1], k[0], k[2]))
 hdr = f"{'op':<15}{'ranks':>5}{'size':>10}{'openmpi':>9}{'ompi-ucx':>9}{'zerorun':>9}{'zr-ucx':>9}{'x ompi':>8}{'x o-ucx':>8}{'% bound':>8}  algorithm"
 print(hdr + "   (busbw GB/s, median of rounds)")
+hier = sorted({k for k in by if k[3].startswith("2x2-")})
 for (n, op, s) in keys:
     mpi, mpu, zr, zu = (med((n, op, s, b)) for b in ("openmpi", "openmpi-ucx", "zerorun", "zerorun-ucx"))
     pct = ""
@@ -93,4 +107,10 @@ for (n, op, s) in keys:
         pct = f"{100 * zr / bound(op, n, statistics.median(stream[n])):.0f}%"
     print(f"{op:<15}{n:>5}{s:>10}{mpi:>9.2f}{mpu:>9.2f}{zr:>9.2f}{zu:>9.2f}{zr / mpi if mpi else float('nan'):>8.2f}"
           f"{zr / mpu if mpu else float('nan'):>8.2f}{pct:>8}  {alg.get((n, op, s), '')}")
+if hier:
+    print("# 2 simulated nodes x 2 ranks, inter-node over UCX tcp: all_reduce busbw GB/s (median)")
+    print(f"{'size':>10}{'hierarchical':>14}{'flat ring':>11}{'ratio':>7}")
+    for s in sorted({h[2] for h in hier}):
+        h1, h0 = med((4, "all_reduce", s, "2x2-hier1")), med((4, "all_reduce", s, "2x2-hier0"))
+        print(f"{s:>10}{h1:>14.2f}{h0:>11.2f}{h1 / h0 if h0 else float('nan'):>7.2f}")
 PY

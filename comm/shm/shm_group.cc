@@ -310,15 +310,16 @@ void ShmGroup::Columns(Mode mode, const void* send, void* recv, size_t count, DT
   for (size_t k = 0; k < columns; ++k) {
     const int s = AcquireSlot(live);
     char* mine = Slot(r, s);
-    for (int c = 0; c < n; ++c) {
+    for (int c = 0; c < n; ++c) {  // position r is read by this rank only: straight from the input
       const size_t m = SegLen(c, k);
-      if (m) std::memcpy(mine + static_cast<size_t>(c) * seg * es, in + (Off(c) + k * seg) * es, m * es);
+      if (m && c != r) std::memcpy(mine + static_cast<size_t>(c) * seg * es, in + (Off(c) + k * seg) * es, m * es);
     }
     WaitAll(Publish(), live);
     // This rank's chunk: the ring's order, rank r+1 first, this rank last.
     const size_t m = SegLen(r, k);
     const size_t pos = static_cast<size_t>(r) * seg * es;
-    for (int i = 0; i < n; ++i) srcs[static_cast<size_t>(i)] = Slot(Mod(r + 1 + i, n), s) + pos;
+    for (int i = 0; i < n - 1; ++i) srcs[static_cast<size_t>(i)] = Slot(Mod(r + 1 + i, n), s) + pos;
+    srcs[static_cast<size_t>(n - 1)] = in + (Off(r) + k * seg) * es;
     char* dst = nullptr;
     if (mode == Mode::kReduceScatter) {
       dst = out + k * seg * es;

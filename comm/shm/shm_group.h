@@ -20,8 +20,8 @@
 //     order: bitwise equal to it), accumulating in fp32 for 16-bit dtypes and rounding once.
 //   all-reduce, large (reduce-scatter + all-gather, pipelined): the buffer is cut into n chunks as the
 //     UCX ring cuts it, each chunk into segments; column k = segment k of every chunk. Per column each
-//     rank stages its column into a slot, reduces its own chunk's segment straight out of the peers'
-//     slots (order: rank r+1, r+2, ..., r: the ring's order, bitwise equal to it for 32/64-bit types;
+//     rank stages its column (but its own chunk's segment, which only it reads) into a slot, reduces its
+//     own chunk's segment straight out of the peers' slots and its own input (order: rank r+1, r+2, ..., r: the ring's order, bitwise equal to it for 32/64-bit types;
 //     16-bit accumulates in fp32 and rounds once, where the ring rounds at every hop), writes it to its
 //     output and its slot, then copies the peers' reduced segments from their slots. Columns use the two
 //     slots alternately, so column k+1 is staged while peers still read column k.

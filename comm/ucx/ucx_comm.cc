@@ -87,6 +87,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Context> context, std::shared_p
     else if (v != "1" && v != "on" && !v.empty()) ZR_THROW(InvalidArgument, "ZERORUN_SHM='{}': expected 0 or 1", v);
   }
   if (const char* d = std::getenv("ZERORUN_COMM_DEBUG")) debug_ = *d && std::string(d) != "0";
+  if (const char* h = std::getenv("ZERORUN_COMM_HIERARCHICAL")) ucx_.hierarchical = std::string(h) != "0";
   if (ucx_.shm_slot_bytes == 0) ucx_.shm_slot_bytes = EnvBytes("ZERORUN_SHM_SLOT_BYTES", 1 << 20);
   if (ucx_.shm_slot_bytes < 4096 || ucx_.shm_slot_bytes > (size_t{1} << 30)) {
     ZR_THROW(InvalidArgument, "ZERORUN_SHM_SLOT_BYTES={}: expected 4096 to 1073741824 bytes", ucx_.shm_slot_bytes);
@@ -180,6 +181,7 @@ void UcxCommunicator::Connect() {
 // namespaces of one machine are separate nodes, as scripts/netns-hosts.sh simulates them).
 namespace {
 std::string NodeKey() {
+  if (const char* id = std::getenv("ZERORUN_NODE_ID"); id && *id) return std::string("id|") + id;
   char ns[128] = "";
   ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
   if (n > 0) ns[n] = '\0';
@@ -188,15 +190,20 @@ std::string NodeKey() {
 }  // namespace
 
 void UcxCommunicator::SetupShm() {
-  if (!ucx_.shm || size() < 2) return;
-  for (const std::string& h : hosts()) {
-    if (h != hosts()[0]) return;
-  }
+  if (size() < 2 || (!ucx_.shm && !ucx_.hierarchical)) return;
   const std::string mine = NodeKey();
-  group_store_->Set(Format("shm/node/{}", rank()), mine);
+  group_store_->Set(Format("node/{}", rank()), mine);
+  std::vector<std::string> nodes(static_cast<size_t>(size()));
+  bool one_node = true;
   for (int p = 0; p < size(); ++p) {
-    if (p != rank() && group_store_->Get(Format("shm/node/{}", p), timeout()) != mine) return;
+    nodes[static_cast<size_t>(p)] = p == rank() ? mine : group_store_->Get(Format("node/{}", p), timeout());
+    one_node &= nodes[static_cast<size_t>(p)] == mine;
   }
+  if (!one_node) {
+    if (ucx_.hierarchical && ucx_.shm) SetupHierarchy(nodes);
+    return;
+  }
+  if (!ucx_.shm) return;
   // The name is derived from the job token (hashed: the token authenticates the store), the restart
   // generation and the group, plus rank 0's pid.
   const char* token = std::getenv("ZERORUN_JOB_TOKEN");
@@ -205,6 +212,48 @@ void UcxCommunicator::SetupShm() {
   shm::ShmOptions so;
   so.slot_bytes = ucx_.shm_slot_bytes;
   shm_ = shm::ShmGroup::Create(*group_store_, *gen_store_, prefix, rank(), size(), timeout(), so);
+}
+
+void UcxCommunicator::SetupHierarchy(const std::vector<std::string>& nodes) {
+  // Nodes numbered by their lowest rank; members of a node in rank order.
+  std::vector<int> first;  // lowest rank of each node
+  std::vector<int> node_of(nodes.size());
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    int k = -1;
+    for (size_t j = 0; j < first.size(); ++j) {
+      if (nodes[static_cast<size_t>(first[j])] == nodes[p]) k = static_cast<int>(j);
+    }
+    if (k < 0) {
+      k = static_cast<int>(first.size());
+      first.push_back(static_cast<int>(p));
+    }
+    node_of[p] = k;
+  }
+  if (first.size() == nodes.size()) return;  // one rank per node: nothing to gain
+  const int me = node_of[static_cast<size_t>(rank())];
+  int local_rank = 0, local_size = 0;
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    if (node_of[p] != me) continue;
+    if (static_cast<int>(p) == rank()) local_rank = local_size;
+    ++local_size;
+  }
+  UcxOptions sub = ucx_;
+  node_ = std::make_unique<UcxCommunicator>(context_, gen_store_, Format("{}/node{}", name(), me), local_rank, local_size,
+                                            options_, monitor_, sub);
+  if (local_rank == 0) {
+    leaders_ = std::make_unique<UcxCommunicator>(context_, gen_store_, Format("{}/leaders", name()), me,
+                                                 static_cast<int>(first.size()), options_, monitor_, sub);
+  }
+  ZR_DEBUG("ucx group '{}' rank {}: node {} of {} (local rank {}/{})", name(), rank(), me, first.size(), local_rank,
+           local_size);
+}
+
+void UcxCommunicator::ExecuteHierarchical(OpDesc& op) {
+  // Sum (max, min) inside the node into its first rank, across the nodes' first ranks, back inside the
+  // node. Each step is a collective of a subgroup with its own deadline; a failure there fails this op.
+  node_->Reduce(op.send, op.recv, op.count, op.dtype, op.reduce, 0).Wait();
+  if (leaders_) leaders_->AllReduce(op.recv, op.recv, op.count, op.dtype, op.reduce).Wait();
+  node_->Broadcast(op.recv, op.count, op.dtype, 0).Wait();
 }
 
 void UcxCommunicator::EpErrorCallback(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -352,6 +401,8 @@ void UcxCommunicator::Execute(OpDesc& op) {
   in.size = size();
   in.shm = shm_ != nullptr;
   in.small_bytes = ucx_.small_bytes;
+  in.reduce = op.reduce;
+  in.hierarchical = node_ != nullptr;
   const Selection sel = Select(in);
   last_algorithm_.store(sel.Describe(), std::memory_order_relaxed);
   if (debug_) {
@@ -364,6 +415,10 @@ void UcxCommunicator::Execute(OpDesc& op) {
   }
   if (sel.transport == Transport::kShm) {
     ExecuteShm(op, sel);
+    return;
+  }
+  if (sel.algorithm == Algorithm::kHierarchical) {
+    ExecuteHierarchical(op);
     return;
   }
   if (op.op == OpType::kBarrier) {

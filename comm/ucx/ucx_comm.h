@@ -7,7 +7,8 @@
 // is made by the group's executor thread while an op runs (no extra progress thread): collectives
 // spin on ucp_worker_progress, yielding the CPU when nothing moves.
 //
-// Ranks of a group that all run on one host go through shared memory instead (comm/shm/shm_group.h);
+// A node is a host name and a network namespace (ZERORUN_NODE_ID, when set, replaces both: ranks with
+// different values are different nodes). Ranks of a group that all run on one node go through shared memory instead (comm/shm/shm_group.h);
 // comm/select.h chooses, op by op. UCX algorithms (comm/ucx/ucx_algorithms.cc): pipelined ring reduce-scatter + all-gather for all-reduce
 // above ZERORUN_UCX_SMALL_BYTES (default 64 KiB), recursive doubling below it; ring reduce-scatter and
 // ring all-gather; binomial-tree broadcast and reduce. See docs/comm.md.
@@ -38,6 +39,9 @@ struct UcxOptions {
   bool shm = true;
   // Bytes per shm slot (two per rank). 0: ZERORUN_SHM_SLOT_BYTES or 1 MiB; every rank must agree.
   size_t shm_slot_bytes = 0;
+  // Groups over several nodes with several ranks on a node run large all-reduces hierarchically
+  // (comm/select.h). ZERORUN_COMM_HIERARCHICAL=0 turns it off.
+  bool hierarchical = true;
 };
 
 // Creates rank `rank` of a `size`-rank UCX communicator. Collective over the ranks: each publishes

@@ -91,6 +91,9 @@ class UcxCommunicator final : public Communicator {
   // Maps the group's shm segment when every member is on this host (after Connect).
   void SetupShm();
   void ExecuteShm(OpDesc& op, const Selection& sel);
+  // Groups spanning nodes: a subgroup per node (shm) and one of the nodes' first ranks (UCX).
+  void SetupHierarchy(const std::vector<std::string>& nodes);
+  void ExecuteHierarchical(OpDesc& op);
 
   // ---- algorithms (ucx_algorithms.cc) ----
   enum class RingMode { kAllReduce, kReduceScatter, kAllGather };
@@ -120,6 +123,8 @@ class UcxCommunicator final : public Communicator {
   int waiting_on_ = -1;    // peer of the oldest outstanding receive, for timeout messages
   Scratch work_, tmp_, acc_;
   std::unique_ptr<shm::ShmGroup> shm_;
+  std::unique_ptr<UcxCommunicator> node_;     // this rank's node (hierarchical groups only)
+  std::unique_ptr<UcxCommunicator> leaders_;  // the nodes' first ranks; set on those ranks only
   bool debug_ = false;  // ZERORUN_COMM_DEBUG
 
  public:

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -136,6 +137,35 @@ TEST_CASE("shm: all-reduce is bitwise equal to the UCX algorithms for fp32 at 3 
         }
       }
       comm->Barrier().Wait();
+    })));
+  }
+}
+
+TEST_CASE("hierarchical: 2 nodes (ZERORUN_NODE_ID) of 2 ranks and of 2+1 ranks") {
+  for (int n : {4, 3}) {
+    INFO("world size " << n);
+    MultiprocOptions o = Options(n);
+    o.rank_env = [](int rank, std::map<std::string, std::string>& env) { env["ZERORUN_NODE_ID"] = std::to_string(rank / 2); };
+    CHECK(AllSucceeded(RunMultiproc(o, [n](int, int) {
+      auto comm = InitFromEnv(Ucx());
+      REQUIRE(comm->size() == n);
+      for (DType t : {DType::kF32, DType::kBF16, DType::kI32}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          const size_t big = 40000 + 1;  // above 64 KiB for 16-bit types too
+          auto in = Filled(t, comm->rank(), big);
+          std::vector<char> out(in.size());
+          comm->AllReduce(in.data(), out.data(), big, t, op).Wait();
+          CHECK(std::string(LastAlgorithm(*comm)) == "hierarchical/pipelined/shm+ucx");
+          CheckRange("hierarchical all_reduce", t, out.data(), big, [&](size_t i) { return Expected(t, op, n, i); });
+          comm->AllReduce(in.data(), big, t, op).Wait();  // in place
+          CheckRange("hierarchical all_reduce in place", t, in.data(), big, [&](size_t i) { return Expected(t, op, n, i); });
+        }
+      }
+      std::vector<float> avg(30000, 1.0f);
+      comm->AllReduce(avg.data(), avg.size(), DType::kF32, ReduceOp::kAvg).Wait();
+      CHECK(std::string(LastAlgorithm(*comm)) == "ring/pipelined/ucx");  // kAvg stays flat
+      CHECK(avg[123] == 1.0f);
+      CheckAllCollectives(*comm, {7, 1500}, {DType::kF32, DType::kBF16}, {ReduceOp::kSum, ReduceOp::kAvg});
     })));
   }
 }
@@ -290,6 +320,13 @@ TEST_CASE("select: one function, shm inside a host, the UCX algorithms otherwise
   in.op = OpType::kBroadcast;
   in.size = 1;
   CHECK(std::string(Select(in).Describe()) == "copy/eager/self");
+  in.op = OpType::kAllReduce;
+  in.size = 4;
+  in.shm = false;
+  in.hierarchical = true;
+  CHECK(std::string(Select(in).Describe()) == "hierarchical/pipelined/shm+ucx");
+  in.reduce = ReduceOp::kAvg;
+  CHECK(std::string(Select(in).Describe()) == "ring/pipelined/ucx");
   const std::string table = SelectionTable(4, 64 << 10);
   CHECK(table.find("reduce_scatter") != std::string::npos);
   CHECK(table.find("binomial_tree/eager/ucx") != std::string::npos);
