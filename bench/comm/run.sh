@@ -5,7 +5,8 @@
 # For each round, rank count (2, 4) and op (all_reduce, reduce_scatter, all_gather), one after the other:
 #   stream   STREAM-style copy, one thread per rank (at most the cores): aggregate read+write GB/s
 #   openmpi      MPI_* from Debian's OpenMPI with its defaults (ob1 + vader shared memory)
-#   openmpi-ucx  the same over UCX (--mca pml ucx)
+#   openmpi-ucx  the same over UCX (--mca pml ucx; pml_ucx_tls/devices "any": OpenMPI 4.1 otherwise
+#                refuses UCX without an RDMA device)
 #   zerorun      zerorun-bench, backend ucx: ranks on one host take the shm transport (comm/shm/)
 #   zerorun-ucx  zerorun-bench with ZERORUN_SHM=0: the UCX algorithms (the path before the shm transport)
 # Sizes 4 KiB .. 64 MiB (x4). Prints per (ranks, op, size) the median busbw of each over the rounds (GB/s,
@@ -52,7 +53,7 @@ for round in $(seq "$rounds"); do
     "$tmp/stream_copy" "$threads" 5 | sed "s/}$/, \"ranks\": $n, \"round\": $round}/" >> "$out"
     for op in "${ops[@]}"; do
       mpirun -np "$n" "$tmp/mpi_collectives" --op "$op" "${sizes[@]}" >> "$out" 2>/dev/null || echo "# openmpi $n $op failed" >&2
-      mpirun -np "$n" --mca pml ucx --mca osc ucx "$tmp/mpi_collectives" --op "$op" --label openmpi-ucx "${sizes[@]}" >> "$out" 2>/dev/null \
+      mpirun -np "$n" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any "$tmp/mpi_collectives" --op "$op" --label openmpi-ucx "${sizes[@]}" >> "$out" 2>/dev/null \
         || echo "# openmpi-ucx $n $op failed" >&2
       "$bench" "$op" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json >> "$out"
       ZERORUN_SHM=0 "$bench" "$op" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json \
