@@ -157,7 +157,8 @@ std::unique_ptr<ShmGroup> ShmGroup::Create(Store& group_store, Store& gen_store,
 ShmGroup::ShmGroup(int rank, int size, size_t slot_bytes, std::string name, void* base, size_t bytes)
     : rank_(rank), size_(size), slot_bytes_(slot_bytes), name_(std::move(name)), base_(base), bytes_(bytes) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  spin_ = cpus > 0 && size_ > cpus ? 16 : 1024;
+  // Ranks outnumbering cores: a spinning rank keeps the one it waits for off the core, so yield almost at once.
+  spin_us_ = cpus > 0 && size_ > cpus ? 1 : 50;
   acc_.reset(new char[(static_cast<size_t>(size_) + 1) * kBlock * 8]);
 }
 
@@ -183,9 +184,13 @@ void ShmGroup::WaitOne(int peer, uint32_t t, const LivenessCheck& live) {
   Control* c = Ctl(peer);
   auto Done = [&] { return Reached(c->step.load(std::memory_order_acquire), t); };
   if (Done()) return;
-  for (int i = 0; i < spin_; ++i) {
+  // Spin first (the peer is usually running: a yield would hand the core to another process of a
+  // loaded machine for a whole time slice), for about spin_us_ microseconds.
+  const double spin_until = NowSeconds() + spin_us_ * 1e-6;
+  for (int i = 1;; ++i) {
     CpuRelax();
     if (Done()) return;
+    if (i % 64 == 0 && NowSeconds() > spin_until) break;
   }
   // Then yield the CPU between checks (a peer sharing this core gets to run at once; ranks are often
   // oversubscribed), and after ~2 ms of that sleep on the futex, 2 ms at a time.

@@ -9,7 +9,8 @@
 //
 // Synchronisation: every rank runs the same sequence of steps for the same op sequence, and each step
 // ends with the rank publishing its counter + 1. Waiting for "every peer finished step t" is waiting
-// until every peer's counter reached t (spin briefly, then FUTEX_WAIT with a 2 ms timeout); between
+// until every peer's counter reached t (spin ~50 us, or ~1 us when ranks outnumber cores, then yield
+// the CPU between checks for ~2 ms, then FUTEX_WAIT with a 2 ms timeout); between
 // polls the caller's liveness check runs (op deadline, communicator abort: the monitor turns a dead
 // peer into an abort within ~100 ms), so every wait is bounded and names the peer it waited for.
 // A slot is reused only once every peer has published the step that ended its last read of it.
@@ -113,7 +114,7 @@ class ShmGroup {
   uint32_t release_[2] = {0, 0};  // the step after which peers finished reading each slot
   int next_slot_ = 0;
   std::unique_ptr<char[]> acc_;  // accumulation blocks
-  int spin_;                   // spins before sleeping (fewer when ranks outnumber cores)
+  double spin_us_;             // spin this long before yielding (less when ranks outnumber cores)
 };
 
 }  // namespace zerorun::comm::shm
