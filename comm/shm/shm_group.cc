@@ -90,10 +90,13 @@ std::unique_ptr<ShmGroup> ShmGroup::Create(Store& group_store, Store& gen_store,
   void* base = MAP_FAILED;
   try {
     int fd = -1;
+    // The name exists in /dev/shm only between rank 0's creation and the last rank's open (then it is
+    // unlinked, before anyone maps it): rank 0 creates it once every rank is waiting to open it, so a
+    // rank killed in that window of a few store round trips is the only way to leave it behind.
     if (rank == 0) {
       name = "/" + name_prefix + std::to_string(::getpid());
-      // Published before it exists, so a peer can unlink it should this rank die right after creating it.
-      group_store.Set("shm/name", name);
+      group_store.Set("shm/name", name);  // before it exists: a peer can unlink it should this rank die
+      for (int p = 1; p < size; ++p) group_store.Get(Format("shm/waiting/{}", p), timeout);
       fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0) ZR_THROW(CommError, "shm: cannot create the segment {} in /dev/shm: {}", name, std::strerror(errno));
       if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -102,43 +105,45 @@ std::unique_ptr<ShmGroup> ShmGroup::Create(Store& group_store, Store& gen_store,
         ZR_THROW(CommError, "shm: cannot size the segment {} to {} bytes (is /dev/shm full?): {}", name, bytes,
                  std::strerror(e));
       }
+      auto* h = static_cast<SegmentHeader*>(::mmap(nullptr, sizeof(SegmentHeader), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+      if (h == MAP_FAILED) {
+        int e = errno;
+        ::close(fd);
+        ZR_THROW(CommError, "shm: cannot map the segment {}: {}", name, std::strerror(e));
+      }
+      h->magic = kMagic;
+      h->size = static_cast<uint64_t>(size);
+      h->slot_bytes = slot;
+      h->bytes = bytes;
+      ::munmap(h, sizeof(SegmentHeader));
+      group_store.Set("shm/created", "1");
     } else {
       name = group_store.Get("shm/name", timeout);
+      group_store.Set(Format("shm/waiting/{}", rank), "1");
       group_store.Get("shm/created", timeout);
       fd = ::shm_open(name.c_str(), O_RDWR, 0600);
       if (fd < 0) ZR_THROW(CommError, "shm: rank {} cannot open the segment {} of rank 0: {}", rank, name, std::strerror(errno));
-      struct stat st {};
-      if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
-        ::close(fd);
-        ZR_THROW(CommError, "shm: the segment {} has {} bytes, {} expected (ranks disagree on ZERORUN_SHM_SLOT_BYTES?)",
-                 name, static_cast<long long>(st.st_size), bytes);
-      }
+    }
+    // The last rank to open it unlinks it: from then on only the descriptors and mappings hold it.
+    if (group_store.Add("shm/opened", 1) == size) ::shm_unlink(name.c_str());
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+      ::close(fd);
+      ZR_THROW(CommError, "shm: the segment {} has {} bytes, {} expected (ranks disagree on ZERORUN_SHM_SLOT_BYTES?)",
+               name, static_cast<long long>(st.st_size), bytes);
     }
     // MAP_POPULATE: the page faults happen here, not in the first collective.
     base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     int e = errno;
     ::close(fd);
     if (base == MAP_FAILED) ZR_THROW(CommError, "shm: cannot map the segment {} ({} bytes): {}", name, bytes, std::strerror(e));
-    if (rank == 0) {
-      auto* h = static_cast<SegmentHeader*>(base);
-      h->magic = kMagic;
-      h->size = static_cast<uint64_t>(size);
-      h->slot_bytes = slot;
-      h->bytes = bytes;
-      group_store.Set("shm/created", "1");
-    }
-    // The last rank to map it unlinks it: from then on only the mappings hold it.
-    if (group_store.Add("shm/mapped", 1) == size) {
-      ::shm_unlink(name.c_str());
-    } else {
-      const double deadline = NowSeconds() + static_cast<double>(timeout.count()) / 1e3;
-      while (group_store.Add("shm/mapped", 0) < size) {
-        if (gen_store.Check({"abort"})) ZR_THROW(CommError, "shm: the job aborted while the segment {} was being mapped", name);
-        if (NowSeconds() > deadline) {
-          ZR_THROW(TimeoutError, "shm: not every rank mapped the segment {} within {} ms", name, timeout.count());
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const double deadline = NowSeconds() + static_cast<double>(timeout.count()) / 1e3;
+    while (group_store.Add("shm/opened", 0) < size) {
+      if (gen_store.Check({"abort"})) ZR_THROW(CommError, "shm: the job aborted while the segment {} was being opened", name);
+      if (NowSeconds() > deadline) {
+        ZR_THROW(TimeoutError, "shm: not every rank opened the segment {} within {} ms", name, timeout.count());
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   } catch (...) {
     Unlink();
