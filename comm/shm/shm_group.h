@@ -2,9 +2,9 @@
 //
 // The segment: one POSIX shared-memory object per group, created by the group's rank 0 through the
 // rendezvous store (name "/zerorun-<hash of job token, generation and group>-<pid>", published under
-// the group's prefix as "shm/name"), mapped by every member and unlinked by the last one to map it, so
-// nothing is left in /dev/shm once setup is over, whatever happens to the ranks afterwards. A setup that
-// fails unlinks it too. Layout: per rank one cache line of control (a 32-bit progress counter, used
+// the group's prefix as "shm/name"), created once every member waits to open it, unlinked by the last
+// one to open it, mapped only after that, so nothing is left in /dev/shm once setup is over, whatever
+// happens to the ranks afterwards. A setup that fails unlinks it too (docs/comm.md: the window left). Layout: per rank one cache line of control (a 32-bit progress counter, used
 // as a futex word, and a sleeper count) and two data slots of `slot_bytes` (double buffering).
 //
 // Synchronisation: every rank runs the same sequence of steps for the same op sequence, and each step
