@@ -28,11 +28,9 @@
 #include "zerorun/core/tensor.h"
 #include "zerorun/runtime/checkpoint_env.h"
 #include "zerorun/runtime/checkpoint_manifest.h"
+#include "zerorun/runtime/config/config_types.h"  // TagValidation (checkpoint.tag_validation)
 
 namespace zerorun::runtime {
-
-// DeepSpeed's checkpoint.tag_validation.
-enum class TagValidation { kIgnore, kWarn, kFail };
 
 struct CheckpointWriteOptions {
   // The directory that holds the tags and `latest` (created when missing). Must be non-empty.

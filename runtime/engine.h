@@ -35,6 +35,7 @@
 #include "zerorun/core/timer.h"
 #include "zerorun/runtime/activation_checkpointing.h"
 #include "zerorun/runtime/config/config.h"
+#include "zerorun/runtime/engine_checkpoint.h"
 #include "zerorun/runtime/nn/loss.h"
 #include "zerorun/runtime/param_groups.h"
 
@@ -132,6 +133,19 @@ class Engine {
   // Load the file with LoadSafetensorsIntoModel (runtime/model_io.h).
   bool Save16BitModel(const std::string& save_dir, const std::string& filename = "model.safetensors",
                       bool exclude_frozen_parameters = false);
+
+  // ---- training checkpoints (docs/checkpoint.md; runtime/engine_checkpoint.h) -------------------
+  // DeepSpeed's save_checkpoint: everything needed to continue bit for bit (parameters, fp32 masters,
+  // optimizer state, counters, loss scaler, LR scheduler, dropout RNG, the sampler's cursor when given,
+  // client state, config) as <save_dir>/<tag>/; each rank writes the ranges it owns, in parallel, and
+  // `latest` is updated only once every rank's files are durable. A collective: every rank calls it,
+  // between accumulation windows. Throws IoError / InvalidArgument on every rank alike.
+  SaveCheckpointResult SaveCheckpoint(const std::string& save_dir, const SaveCheckpointOptions& options = {});
+  // DeepSpeed's load_checkpoint, at any world size and ZeRO stage (each rank reads only what it
+  // holds). Missing `latest` (tag "") returns loaded = false and changes nothing. A damaged or
+  // foreign checkpoint throws CheckpointError on every rank and leaves the engine unchanged. A
+  // collective, between accumulation windows (or before the first Forward).
+  LoadCheckpointResult LoadCheckpoint(const std::string& load_dir, const LoadCheckpointOptions& options = {});
 
   // ---- state ---------------------------------------------------------------------------------
   int64_t global_steps() const { return global_steps_; }

@@ -7,16 +7,19 @@
 #include <rapidjson/error/en.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <set>
 
 #include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
 
 namespace zerorun::runtime {
 
@@ -128,6 +131,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Entry> entrie
   file_bytes_ = 8 + header.size() + offset;
 
   tmp_path_ = Format("{}.tmp.{}", path_, ::getpid());
+  RemoveStaleTemporaries();
   try {
     file_ = env_->NewWritableFile(tmp_path_);
   } catch (const Error& e) {
@@ -140,6 +144,28 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Entry> entrie
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
   WriteAll(len, 8);
   WriteAll(header.data(), header.size());
+}
+
+void SafetensorsWriter::RemoveStaleTemporaries() {
+  // "<file>.tmp.<pid>" of a writer that was killed before its commit (a live writer's is kept).
+  const std::filesystem::path target(path_);
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
+  const std::string prefix = target.filename().string() + ".tmp.";
+  try {
+    for (const std::string& name : env_->ListDir(dir)) {
+      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+      const long pid = std::stol(digits);
+      if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) == 0) continue;  // still writing
+      if (pid > 0 && pid != ::getpid() && errno != ESRCH) continue;
+      env_->RemoveFile(dir + "/" + name);
+      ZR_INFO("removed {}/{}, left by a writer that did not finish", dir, name);
+    }
+  } catch (const Error&) {
+    // A missing directory or an unreadable entry: the open below reports what matters. (Anything else,
+    // e.g. a test's simulated crash, propagates.)
+  }
 }
 
 SafetensorsWriter::~SafetensorsWriter() {

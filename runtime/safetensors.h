@@ -83,6 +83,8 @@ class SafetensorsWriter {
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_path_; }
+  // (The constructor first removes "<path>.tmp.<pid>" files whose writer process no longer exists:
+  // what a writer killed before its commit leaves. Readers never open those names.)
   // Index of the next tensor Append expects (entries().size() when all are in).
   size_t next() const { return next_; }
   const std::vector<SafetensorsTensorInfo>& entries() const { return entries_; }
@@ -90,6 +92,7 @@ class SafetensorsWriter {
   uint64_t file_bytes() const { return file_bytes_; }
 
  private:
+  void RemoveStaleTemporaries();
   void WriteAll(const void* data, size_t bytes);
   void WriteOut(const void* data, size_t bytes);  // one Append to the file (and the fault hook)
   void Flush();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +65,14 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            keeping them (activation checkpointing; a config's activation_checkpointing
                            section turns it on too, with its options)
   --summary PATH           write a JSON summary per rank ({rank} in PATH is replaced)
+  --save_dir DIR           save training checkpoints (docs/checkpoint.md) to DIR: every --save_interval
+                           steps and after the last step
+  --save_interval N        steps between checkpoints (default: only after the last step)
+  --load_dir DIR           resume from a checkpoint in DIR (the one DIR/latest names; none there: start
+                           from step 0); --steps stays the total, so a run resumed at step 10 of
+                           --steps 20 runs 10 more. A launcher restart (--max_restarts) with
+                           --load_dir = --save_dir resumes from the newest checkpoint
+  --load_tag TAG           load this tag instead of latest
   --save_16bit_model DIR   after training, save the model's weights (its dtype) to DIR/model.safetensors
                            (every rank takes part; ZeRO stage 3 needs
                            zero_optimization.stage3_gather_16bit_weights_on_model_save: true)
@@ -91,6 +100,8 @@ struct Args {
   float dropout = 0.0f;
   std::string summary;
   std::string save_16bit_model;
+  std::string save_dir, load_dir, load_tag;
+  int64_t save_interval = 0;
   int64_t log_every = 10;
   std::string backend;
   std::string device;  // "", "cpu" or "cuda"
@@ -120,11 +131,13 @@ Args ParseArgs(int argc, char** argv) {
   std::map<std::string, std::string*> strings = {{"--deepspeed_config", &a.config_path}, {"--data", &a.data},
                                                  {"--summary", &a.summary}, {"--backend", &a.backend}, {"--device", &a.device},
                                                  {"--save_16bit_model", &a.save_16bit_model},
-                                                 {"--trace", &a.trace}};
+                                                 {"--trace", &a.trace}, {"--save_dir", &a.save_dir},
+                                                 {"--load_dir", &a.load_dir}, {"--load_tag", &a.load_tag}};
   std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
       {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
       {"--d_model", {&a.d_model, 1}}, {"--seq_len", {&a.seq_len, 1}}, {"--vocab_size", {&a.vocab_size, 2}},
-      {"--log_every", {&a.log_every, 1}}, {"--trace_steps", {&a.trace_steps, 0}}};
+      {"--log_every", {&a.log_every, 1}}, {"--trace_steps", {&a.trace_steps, 0}},
+      {"--save_interval", {&a.save_interval, 1}}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -179,6 +192,29 @@ zr::Tensor ToTensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
   zr::Tensor t = zr::Tensor::Empty({B, T}, zr::DType::kI32);
   std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
   return t;
+}
+
+// Test hook for the restart tests: ZERORUN_TRAIN_TEST_KILL="<step>:<rank>" makes that rank SIGKILL
+// itself right after that step (and its save, if any) in the first generation of a launcher job
+// (ZERORUN_RESTART unset or 0), as a crash would.
+struct KillHook {
+  int64_t step = -1;
+  int rank = -1;
+};
+
+KillHook KillHookFromEnv() {
+  KillHook k;
+  const char* spec = std::getenv("ZERORUN_TRAIN_TEST_KILL");
+  const char* gen = std::getenv("ZERORUN_RESTART");
+  if (!spec || (gen && std::string(gen) != "0")) return k;
+  long long step = -1;
+  int r = -1;
+  if (std::sscanf(spec, "%lld:%d", &step, &r) != 2) {
+    UsageError(zr::Format("ZERORUN_TRAIN_TEST_KILL expects <step>:<rank>, got '{}'", spec));
+  }
+  k.step = step;
+  k.rank = r;
+  return k;
 }
 
 int Run(const Args& args) {
@@ -294,11 +330,37 @@ int Run(const Args& args) {
     }
   }
 
+  // Resume: the engine state, the sampler's cursor and the dropout RNG from the checkpoint.
+  int64_t first_step = 0;
+  if (!args.load_dir.empty()) {
+    zr::runtime::LoadCheckpointOptions lo;
+    lo.tag = args.load_tag;
+    lo.sampler = &sampler;
+    zr::runtime::LoadCheckpointResult r = engine.LoadCheckpoint(args.load_dir, lo);
+    if (r.loaded) {
+      first_step = engine.global_steps();
+      if (rank == 0) {
+        std::printf("resumed from %s at step %lld\n", r.dir.c_str(), static_cast<long long>(first_step));
+        std::fflush(stdout);
+      }
+    }
+  }
+  const KillHook kill = KillHookFromEnv();
+  auto save = [&](int64_t step) {
+    zr::runtime::SaveCheckpointOptions so;
+    so.sampler = &sampler;
+    zr::runtime::SaveCheckpointResult r = engine.SaveCheckpoint(args.save_dir, so);
+    if (rank == 0) {
+      std::printf("saved checkpoint %s (step %lld)\n", r.dir.c_str(), static_cast<long long>(step));
+      std::fflush(stdout);
+    }
+  };
+
   zr::runtime::TrainSummary summary;
   const int64_t gas = cfg.gradient_accumulation_steps();
   const int64_t tokens_per_step_rank = cfg.micro_batch_per_gpu() * gas * args.seq_len;
   zr::Stopwatch wall;
-  for (int64_t step = 0; step < args.steps; ++step) {
+  for (int64_t step = first_step; step < args.steps; ++step) {
     double loss_sum = 0;
     for (int64_t m = 0; m < gas; ++m) {
       zr::data::Batch b = sampler.Next();
@@ -312,7 +374,7 @@ int Run(const Args& args) {
     if (world > 1) comm->AllReduce(&loss, 1, zr::DType::kF64, zr::comm::ReduceOp::kAvg).Wait();
     summary.losses.push_back(loss);
     if (rank == 0 && ((step + 1) % args.log_every == 0 || step == 0 || step + 1 == args.steps)) {
-      double tps = static_cast<double>(tokens_per_step_rank * world * (step + 1)) / wall.ElapsedSeconds();
+      double tps = static_cast<double>(tokens_per_step_rank * world * (step + 1 - first_step)) / wall.ElapsedSeconds();
       std::printf("step %5lld/%lld | loss %.4f%s | lr %.3g | scale %g | grad norm %.3f | %.0f tokens/s%s\n",
                   static_cast<long long>(step + 1), static_cast<long long>(args.steps), loss,
                   FloorText(" (floor %.4f)", entropy_floor).c_str(),
@@ -320,6 +382,11 @@ int Run(const Args& args) {
                   engine.last_step().applied ? "" : " (skipped)");
       std::fflush(stdout);
     }
+    const bool last = step + 1 == args.steps;
+    if (!args.save_dir.empty() && (last || (args.save_interval > 0 && (step + 1) % args.save_interval == 0))) {
+      save(step + 1);
+    }
+    if (kill.rank == rank && kill.step == step + 1) std::raise(SIGKILL);  // the test hook below
   }
   double seconds = wall.ElapsedSeconds();
   summary.rank = rank;
@@ -339,7 +406,7 @@ int Run(const Args& args) {
   summary.loss_scale = engine.loss_scale();
   summary.lr = engine.GetLr().front();
   summary.grad_norm = engine.GetGlobalGradNorm();
-  summary.tokens_per_second = static_cast<double>(tokens_per_step_rank * args.steps) / seconds;
+  summary.tokens_per_second = static_cast<double>(tokens_per_step_rank * (args.steps - first_step)) / seconds;
   summary.wall_seconds = seconds;
   summary.parameters = engine.num_parameters();
   summary.memory = engine.memory().Snap();

@@ -126,6 +126,12 @@ class FlatStrategy final : public PartitionedStrategy {
   bool ShardsParameters() const override { return false; }
   Tensor AcquireFull(int id, ParamCoordinator::Purpose) override { return host_.Value(id); }
   void ReleaseFull(int) override {}
+  Tensor LocalParameter(int id, Range* elements) override {
+    Tensor v = host_.Value(id);
+    *elements = {0, v.numel()};
+    return v;
+  }
+  void ParametersChanged() override {}
 
  private:
   struct Group {

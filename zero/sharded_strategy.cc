@@ -49,6 +49,12 @@ class ShardedStrategy final : public PartitionedStrategy {
     return coord_->Acquire(id);
   }
   void ReleaseFull(int id) override { coord_->Release(id); }
+  Tensor LocalParameter(int id, Range* elements) override {
+    const Stage3Shard sh = ShardParamStage3(params_[static_cast<size_t>(id)].numel, comm_.size(), comm_.rank());
+    *elements = sh.real;
+    return shards_[static_cast<size_t>(id)].View(0, {sh.real.size()});
+  }
+  void ParametersChanged() override { coord_->RefreshPersistent(); }
 
  private:
   void Gather(int module, const std::vector<int>& ids, bool backward);
@@ -59,6 +65,7 @@ class ShardedStrategy final : public PartitionedStrategy {
   std::vector<Tensor> param_parts_;  // per group: (partition) this rank's shards, model dtype
   std::vector<Tensor> grad_parts_;   // per group: (partition) their gradient accumulators
   Tensor frozen_shards_;             // this rank's shards of the frozen parameters
+  std::vector<Tensor> shards_;       // per id: its shard (a view of param_parts_ or frozen_shards_)
   std::vector<Tensor> full_grads_;   // per id: the full gradient during backward (kBuckets)
   std::unique_ptr<ParamCoordinator> coord_;
   std::unique_ptr<ShardGradBuckets> grads_;
@@ -77,6 +84,7 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
   std::vector<ParamCoordinator::Param> coord_params(params_.size());
   std::vector<int64_t> numels(params_.size());
   std::vector<Tensor> grad_shards(params_.size());
+  shards_.resize(params_.size());
   std::vector<PartitionGroupSpec> specs;
   for (size_t g = 0; g < group_ids_.size(); ++g) {
     const std::vector<int>& ids = group_ids_[g];
@@ -99,6 +107,7 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
       Tensor shard = shards.View(offsets[i], {sh.shard_numel});
       FillShard(id, shard);
       coord_params[static_cast<size_t>(id)] = {p.numel, shard};
+      shards_[static_cast<size_t>(id)] = shard;
       numels[static_cast<size_t>(id)] = p.numel;
       grad_shards[static_cast<size_t>(id)] = grads.View(offsets[i], {sh.shard_numel});
       spec.units.push_back(sh.shard_numel);
@@ -126,6 +135,7 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
     offset += n;
     FillShard(static_cast<int>(id), shard);
     coord_params[id] = {p.numel, shard};
+    shards_[id] = shard;
     numels[id] = p.numel;
   }
   // The full values are dropped: from now on they exist only while a module's window holds them.

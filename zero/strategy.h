@@ -149,6 +149,14 @@ class Strategy {
   // rank must make the same calls), otherwise the parameter's own value.
   virtual Tensor AcquireFull(int id, ParamCoordinator::Purpose purpose) = 0;
   virtual void ReleaseFull(int id) = 0;
+  // This rank's own copy of parameter id in the model dtype, flat, and which elements of the flattened
+  // parameter it holds (*elements): the whole value at stages 0-2, its stage-3 shard (padding left
+  // out) at stage 3. Not a collective. Checkpoints read and write parameters here; after writing, call
+  // ParametersChanged().
+  virtual Tensor LocalParameter(int id, Range* elements) = 0;
+  // After LocalParameter writes (a checkpoint load): refreshes what the strategy keeps gathered
+  // (stage 3's persistent parameters; other gathered values are dropped). Collective.
+  virtual void ParametersChanged() = 0;
 
   // ---- state ----------------------------------------------------------------------------------
   virtual StateStore& state_store() = 0;

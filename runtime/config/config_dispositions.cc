@@ -29,7 +29,6 @@ constexpr int kOffload = 14;        // CPU/NVMe offload and its I/O engine
 constexpr int kCheckpoints = 15;    // training checkpoints (save/load/reshard)
 constexpr int kObservability = 20;  // TensorBoard, W&B, Comet, FLOPs profiler, memory breakdown
 
-const char* kCkpt = "training checkpoints (save/load) are not implemented yet";
 const char* kOptOffload = "zero_optimization.offload_optimizer.device";
 const char* kParamOffload = "zero_optimization.offload_param.device";
 const char* kLowPrecisionState =
@@ -169,8 +168,11 @@ const std::vector<KeyDisposition> kTable = {
      "zerorun reduces each stage 1/2 bucket with one reduce-scatter either way; the values are the same"},
     {"zero_optimization.allgather_partitions", kWarned, "DeepSpeed ignores it too"},
     {"zero_optimization.allgather_bucket_size", kActed, "stage 1/2: chunked parameter all-gather"},
-    {"zero_optimization.load_from_fp32_weights", kWarned, kCkpt, kCheckpoints},
-    {"zero_optimization.elastic_checkpoint", kWarned, kCkpt, kCheckpoints},
+    {"zero_optimization.load_from_fp32_weights", kActed,
+     "Engine::LoadCheckpoint: fp32 masters from the checkpoint's fp32 copy (false: from the saved model-dtype weights)"},
+    {"zero_optimization.elastic_checkpoint", kWarned,
+     "every zerorun checkpoint loads at any world size and ZeRO stage (docs/checkpoint.md), so there is no elastic "
+     "variant to choose"},
     {"zero_optimization.offload_param.device", kRefused, "parameter offload (CPU/NVMe) is not implemented yet",
      kOffload},
     {"zero_optimization.offload_param.nvme_path", kFollows, kParamOffload},
@@ -224,7 +226,8 @@ const std::vector<KeyDisposition> kTable = {
     {"zero_optimization.memory_efficient_linear", kWarned,
      "zerorun's linear layers never keep gathered weights for backward (stage 3 gathers them again), which is "
      "what true asks for"},
-    {"zero_optimization.pipeline_loading_checkpoint", kWarned, kCkpt, kCheckpoints},
+    {"zero_optimization.pipeline_loading_checkpoint", kWarned,
+     "zerorun has no pipeline parallelism; stage-3 checkpoints load shard by shard at any world size"},
     {"zero_optimization.override_module_apply", kWarned,
      "zerorun models have no module.apply hook; parameters are initialised from their init recipes"},
     {"zero_optimization.log_trace_cache_warnings", kWarned,
@@ -262,12 +265,17 @@ const std::vector<KeyDisposition> kTable = {
     {"activation_checkpointing.profile", kActed, "forward/recompute/backward time per checkpoint in the log"},
 
     // ---- checkpoints ---------------------------------------------------------------------------------
-    {"checkpoint.tag_validation", kWarned, kCkpt, kCheckpoints},
-    {"checkpoint.load_universal", kWarned, kCkpt, kCheckpoints},
-    {"checkpoint.use_node_local_storage", kWarned, kCkpt, kCheckpoints},
-    {"checkpoint.parallel_write.pipeline_stage", kWarned, kCkpt, kCheckpoints},
-    {"checkpoint.checkpoint_serialization", kWarned, kCkpt, kCheckpoints},
-    {"checkpoint.writer", kWarned, "the fast checkpoint writer is not implemented yet (nor are checkpoints)",
+    {"checkpoint.tag_validation", kActed, "Engine::SaveCheckpoint: every rank's tag compared with rank 0's"},
+    {"checkpoint.load_universal", kWarned,
+     "zerorun checkpoints load at any world size and ZeRO stage without a universal conversion (docs/checkpoint.md)"},
+    {"checkpoint.use_node_local_storage", kRefused,
+     "the checkpoint directory must be one file system every rank sees (rank 0 publishes every rank's files); "
+     "node-local checkpoint storage is not implemented"},
+    {"checkpoint.parallel_write.pipeline_stage", kWarned,
+     "zerorun has no pipeline parallelism; every rank already writes its own shard in parallel"},
+    {"checkpoint.checkpoint_serialization", kWarned,
+     "zerorun checkpoints are safetensors shards and JSON (docs/checkpoint.md), not torch serialization"},
+    {"checkpoint.writer", kWarned, "DeepSpeed's fast checkpoint writer is not implemented: each rank writes its shard itself (docs/checkpoint.md)",
      kCheckpoints},
     {"checkpoint.writer.type", kFollows, "checkpoint.writer"},
     {"checkpoint.writer.decoupled", kFollows, "checkpoint.writer"},
@@ -356,10 +364,10 @@ const std::vector<KeyDisposition> kTable = {
     {"expert_parallel", kWarned, "zerorun has no mixture-of-experts layers, so there is nothing to parallelise"},
     {"compile", kWarned, "zerorun is compiled ahead of time: there is no torch.compile / DeepCompile step"},
     {"weight_quantization", kRefused, "weight quantization is not implemented; training would differ"},
-    {"nebula", kWarned, "the Nebula checkpoint engine is not implemented (nor are training checkpoints yet)",
-     kCheckpoints},
-    {"datastates", kWarned, "the DataStates checkpoint engine is not implemented (nor are training checkpoints yet)",
-     kCheckpoints},
+    {"nebula", kWarned, "the Nebula checkpoint engine is not implemented; zerorun writes its own checkpoints "
+     "(docs/checkpoint.md)"},
+    {"datastates", kWarned, "the DataStates checkpoint engine is not implemented; zerorun writes its own "
+     "checkpoints (docs/checkpoint.md)"},
     {"sequence_parallel_size", kRefused,
      "Ulysses sequence parallelism is not implemented (every rank is data-parallel)"},
     {"data_parallel_size", kActed, "ValidateForEngine: must equal the world size (every rank is data-parallel)"},

@@ -322,7 +322,7 @@ TEST_SUITE("unit") {
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}},
         "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100}},
         "zero_optimization": {"stage": 3, "cpu_offload_param": true, "stage3_prefetch_bucket_size": 1e6},
-        "checkpoint": {"tag_validation": "ignore"}, "comms_logger": {"prof_ops": ["all_reduce"]}})";
+        "checkpoint": {"load_universal": true}, "comms_logger": {"prof_ops": ["all_reduce"]}})";
     const rt::Config a = Load(j, 4);
     const std::string eff = rt::EffectiveConfigJson(a);
     const rt::Config b = Load(eff, 4);
@@ -331,7 +331,7 @@ TEST_SUITE("unit") {
     REQUIRE(a.warnings().size() == 2);
     REQUIRE(b.warnings().size() == 1);
     CHECK(b.warnings()[0].ToString() == a.warnings()[1].ToString());
-    CHECK(Has(b.warnings(), "checkpoint.tag_validation", "has no effect in zerorun because training checkpoints"));
+    CHECK(Has(b.warnings(), "checkpoint.load_universal", "has no effect in zerorun because zerorun checkpoints load"));
     CHECK(b.train_batch_size() == 24);
     CHECK(b.zero_optimization.offload_param->device == rt::OffloadDevice::kCpu);
     CHECK(b.optimizer.adam.betas == std::vector<double>{0.9, 0.95});

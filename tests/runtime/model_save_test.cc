@@ -4,6 +4,7 @@
 // model; mid-window saves change nothing), the stage-3 flag, frozen parameters, and failed saves.
 #include <doctest/doctest.h>
 #include <rapidjson/document.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -357,6 +358,37 @@ TEST_CASE("Save16BitModel: stages 0-3 x worlds 1 and 3, saved mid-window: the fi
     CHECK(with_save == without);  // the save disturbed nothing
     CHECK_FALSE(TempLeft(dir));
   }
+  fs::remove_all(d);
+}
+
+TEST_CASE("Save16BitModel: a temporary left by a writer killed mid-save is ignored by loads and removed by the next save") {
+  fs::path d = TempDir("leftover");
+  // A pid that no longer runs (a child that exited and was reaped), and one that does (this process's
+  // parent stands in for a live writer of another process).
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  const fs::path dead = d / ("model.safetensors.tmp." + std::to_string(child));
+  const fs::path live = d / ("model.safetensors.tmp." + std::to_string(::getppid()));
+  const fs::path other = d / "other.safetensors.tmp.1";
+  for (const fs::path& p : {dead, live, other}) std::ofstream(p) << "half a file";
+  comm::RunLocalRanks(1, [&](comm::Communicator& comm) {
+    RunSpec s;
+    runtime::Config cfg = LoadSpecConfig(s);
+    gpt::Gpt model(TinyGpt(DType::kF32));
+    runtime::EngineOptions eo;
+    eo.init_seed = 3;
+    runtime::Engine engine(model, cfg, comm, eo);
+    CHECK(engine.Save16BitModel(d.string()));
+    gpt::Gpt loaded(TinyGpt(DType::kF32));
+    runtime::LoadSafetensorsIntoModel(loaded, (d / "model.safetensors").string());
+  });
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(live));   // its writer may still be running
+  CHECK(fs::exists(other));  // another file's temporary
+  CHECK(fs::exists(d / "model.safetensors"));
   fs::remove_all(d);
 }
 

@@ -96,6 +96,41 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
+
+// Training checkpoints through zerorun-train: a run continued by a NEW PROCESS (and, below, by a
+// launcher restart after a rank was killed) is the uninterrupted run bit for bit: the losses, and the
+// final checkpoint's shards byte for byte (weights, fp32 masters, optimizer state; dropout on, a text
+// data file, the sampler's cursor and the RNG resumed).
+std::string CkptRun(const fs::path& d, const std::string& env, int ranks, const std::string& args) {
+  const std::string launch = ranks == 1 ? "" : "ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs " +
+                                                   std::to_string(ranks) + " --master_port " +
+                                                   std::to_string(FreePort()) + " ";
+  return env + " " + launch + BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() +
+         " --data " + (d / "corpus.txt").string() +
+         " --n_layer 2 --n_head 2 --d_model 32 --seq_len 16 --dropout 0.1 --log_every 4 " + args;
+}
+
+void WriteCkptJob(const fs::path& d, const std::string& config) {
+  WriteFile(d / "ds.json", config);
+  std::string text;
+  for (int i = 0; text.size() < 40000; ++i) text += "checkpoint " + std::to_string(i * 7919 % 1000) + " resumes; ";
+  WriteFile(d / "corpus.txt", text);
+}
+
+void CheckSameShards(const fs::path& a, const fs::path& b, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    char name[32];
+    std::snprintf(name, sizeof name, "rank%05d.safetensors", r);
+    std::ifstream fa(a / name, std::ios::binary), fb(b / name, std::ios::binary);
+    std::stringstream sa, sb;
+    sa << fa.rdbuf();
+    sb << fb.rdbuf();
+    INFO(name);
+    REQUIRE(sa.str().size() > 0);
+    CHECK(sa.str() == sb.str());
+  }
+}
+
 const char* kSmall = " --steps 12 --n_layer 2 --n_head 2 --d_model 32 --seq_len 16 --vocab_size 32 --log_every 4";
 
 }  // namespace
@@ -462,6 +497,79 @@ TEST_CASE("zerorun-train --device: a bad value, a host backend with cuda, and cu
   const bool named = none.output.find("CUDA device(s) are visible") != std::string::npos ||
                      none.output.find("built without CUDA") != std::string::npos;
   CHECK_MESSAGE(named, none.output);
+
+TEST_CASE("zerorun-train --save_dir/--load_dir: 12 steps = 6 + save + a new process loading + 6, bitwise") {
+  struct Job {
+    int ranks;
+    std::string config;
+  };
+  const std::vector<Job> jobs = {
+      {2, R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4}},
+              "zero_optimization": {"stage": 3}})"},
+      {1, R"({"train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": true, "initial_scale_power": 8},
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "zero_optimization": {"stage": 1}})"}};
+  for (const Job& job : jobs) {
+    fs::path d = TempDir("ckpt_resume");
+    WriteCkptJob(d, job.config);
+    INFO(job.config);
+    Proc straight = Run(CkptRun(d, "", job.ranks, "--steps 12 --save_dir " + (d / "straight").string() +
+                                                      " --summary " + (d / "straight_{rank}.json").string()));
+    INFO(straight.output);
+    REQUIRE(straight.status == 0);
+    Proc first = Run(CkptRun(d, "", job.ranks, "--steps 6 --save_dir " + (d / "resumed").string()));
+    INFO(first.output);
+    REQUIRE(first.status == 0);
+    Proc second = Run(CkptRun(d, "", job.ranks, "--steps 12 --load_dir " + (d / "resumed").string() + " --save_dir " +
+                                                    (d / "resumed").string() + " --summary " +
+                                                    (d / "resumed_{rank}.json").string()));
+    INFO(second.output);
+    REQUIRE(second.status == 0);
+    CHECK(second.output.find("resumed from") != std::string::npos);
+    std::vector<double> all = Losses(ReadJson(d / "straight_0.json"));
+    std::vector<double> tail = Losses(ReadJson(d / "resumed_0.json"));
+    REQUIRE(all.size() == 12);
+    REQUIRE(tail.size() == 6);
+    CHECK(std::vector<double>(all.begin() + 6, all.end()) == tail);
+    CheckSameShards(d / "straight" / "global_step12", d / "resumed" / "global_step12", job.ranks);
+    fs::remove_all(d);
+  }
+}
+
+TEST_CASE("zerorun-train: a rank killed mid-run, the launcher restarts the job, it resumes from latest and ends bitwise equal") {
+  fs::path d = TempDir("ckpt_restart");
+  WriteCkptJob(d, R"({"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
+                      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "zero_optimization": {"stage": 2}})");
+  Proc straight = Run(CkptRun(d, "", 2, "--steps 12 --save_dir " + (d / "straight").string() + " --summary " +
+                                            (d / "straight_{rank}.json").string()));
+  INFO(straight.output);
+  REQUIRE(straight.status == 0);
+  // Rank 1 SIGKILLs itself after step 7 in the first generation; checkpoints every 4 steps.
+  const std::string job = (d / "job").string();
+  Proc restarted = Run(CkptRun(d, "ZERORUN_TRAIN_TEST_KILL=7:1", 2,
+                               "--steps 12 --save_interval 4 --save_dir " + job + " --load_dir " + job +
+                                   " --summary " + (d / "job_{rank}.json").string()));
+  INFO(restarted.output);
+  REQUIRE(restarted.status != 0);  // without --max_restarts the job fails
+  fs::remove_all(job);
+  const std::string cmd = CkptRun(d, "ZERORUN_TRAIN_TEST_KILL=7:1", 2,
+                                  "--steps 12 --save_interval 4 --save_dir " + job + " --load_dir " + job +
+                                      " --summary " + (d / "job_{rank}.json").string());
+  // The launcher's own flag goes before the program.
+  const std::string with_restart = std::string(cmd).replace(cmd.find("--num_procs"), 0, "--max_restarts 1 ");
+  Proc ok = Run(with_restart);
+  INFO(ok.output);
+  REQUIRE(ok.status == 0);
+  CHECK(ok.output.find("restarting") != std::string::npos);
+  CHECK(ok.output.find("resumed from") != std::string::npos);
+  CHECK(ok.output.find("global_step4") != std::string::npos);
+  std::vector<double> all = Losses(ReadJson(d / "straight_0.json"));
+  std::vector<double> tail = Losses(ReadJson(d / "job_0.json"));
+  REQUIRE(tail.size() == 8);  // steps 5-12, after resuming at step 4
+  CHECK(std::vector<double>(all.begin() + 4, all.end()) == tail);
+  CheckSameShards(d / "straight" / "global_step12", fs::path(job) / "global_step12", 2);
+  fs::remove_all(d);
 }
 
 }  // TEST_SUITE
