@@ -2,6 +2,7 @@
 #include "zerorun/zero/partition_optimizer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
@@ -141,6 +142,8 @@ void PartitionOptimizer::StatePointers(const SubGroupState& st, const Span& s, i
 }
 
 void PartitionOptimizer::Initialize() {
+  std::optional<kernels::KernelDeviceScope> host;  // an offloaded store's buffers are host memory
+  if (store_->offloaded()) host.emplace(Device::CPU());
   const StateStoreLayout& l = store_->layout();
   const size_t psize = DTypeSize(opt_.param_dtype);
   for (int i = 0; i < l.num_sub_groups(); ++i) {
@@ -229,6 +232,7 @@ void PartitionOptimizer::Step(float grad_scale, const std::function<void(int gro
 }
 
 void PartitionOptimizer::RestoreParams() {
+  kernels::KernelDeviceScope host(Device::CPU());  // the store's master weights are host memory
   const StateStoreLayout& l = store_->layout();
   const size_t psize = DTypeSize(opt_.param_dtype);
   for (int i = 0; i < l.num_sub_groups(); ++i) {
@@ -276,6 +280,8 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
       kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
       void* device_params = k.param_copy;
       StageIn(&k);
+      std::optional<kernels::KernelDeviceScope> host;  // offloaded: the kernel runs on host memory
+      if (store_->offloaded()) host.emplace(Device::CPU());
       rule_.Update(g, k, state.data());
       WriteBack(k, device_params);
     });
@@ -293,6 +299,8 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
       kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
       StageIn(&k);  // Moments writes no parameters: nothing to write back
+      std::optional<kernels::KernelDeviceScope> host;  // offloaded: the kernel runs on host memory
+      if (store_->offloaded()) host.emplace(Device::CPU());
       const kernels::LambNorms norms = rule_.Moments(g, k, state.data());
       sums[first[static_cast<size_t>(g)] + static_cast<size_t>(2 * s.tensor)] += norms.param_sq;
       sums[first[static_cast<size_t>(g)] + static_cast<size_t>(2 * s.tensor + 1)] += norms.update_sq;
@@ -311,6 +319,8 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
       kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
       void* device_params = k.param_copy;
       StageIn(&k);
+      std::optional<kernels::KernelDeviceScope> host;  // offloaded: the kernel runs on host memory
+      if (store_->offloaded()) host.emplace(Device::CPU());
       rule_.Apply(g, k, state.data(), trust[first[static_cast<size_t>(g)] / 2 + static_cast<size_t>(s.tensor)]);
       WriteBack(k, device_params);
     });
