@@ -4,7 +4,7 @@ MLP 4x, final LayerNorm, LM head tied to the token embedding), forward + backwar
 optimizer step. With --train (bench/train/run.sh) each iteration also takes a torch.optim.AdamW step
 (lr 3e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.01 on >= 2-D parameters only, no clipping), as
 bench_train configures the engine. bf16 runs under torch.autocast('cpu', torch.bfloat16), as users run it.
-Last line: "tokens_per_s <value>"."""
+Last lines: "cpu_tokens_per_s <value>" (per process CPU-second) and "tokens_per_s <value>"."""
 import argparse
 import math
 import statistics
@@ -96,15 +96,18 @@ def main():
 
     for _ in range(a.warmup):
         step()
-    times = []
+    times, cpu_times = [], []
     for _ in range(a.iters):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
     med = statistics.median(times)
     n = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__} {a.dtype}{' train (AdamW)' if a.train else ''}, threads={torch.get_num_threads()}, {n} params: "
           f"{1e3 * med:.1f} ms/iter (median of {a.iters}), min {1e3 * min(times):.1f} ms")
+    # Process CPU time per step (all threads): robust to other load on a shared host at 1 thread.
+    print(f"cpu_tokens_per_s {a.batch * a.seq / statistics.median(cpu_times):.1f}")
     print(f"tokens_per_s {a.batch * a.seq / med:.1f}")
 
 

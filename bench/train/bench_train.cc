@@ -3,11 +3,13 @@
 // bf16 = bf16 weights with fp32 master and optimizer state). run.sh sets it beside torch.optim.AdamW.
 //   bench_train [--dtype fp32|bf16] [--threads N] [--iters N] [--warmup N] [--layers L] [--dim C]
 //               [--heads H] [--seq T] [--vocab V] [--batch B]
-// Prints the median step time and its parts (forward / backward / step); last line "tokens_per_s <v>".
+// Prints the median step time and its parts (forward / backward / step); last lines "cpu_tokens_per_s <v>"
+// (per process CPU-second) and "tokens_per_s <v>".
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +45,12 @@ std::string CpuModel() {
     std::fclose(f);
   }
   return model;
+}
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double Median(std::vector<double> v) {
@@ -109,9 +117,10 @@ int main(int argc, char** argv) {
       tokens.data_as<int32_t>()[i] = static_cast<int32_t>(Philox4x32(1, 0, static_cast<uint64_t>(i))[0] % gc.vocab_size);
       targets.data_as<int32_t>()[i] = static_cast<int32_t>(Philox4x32(2, 0, static_cast<uint64_t>(i))[0] % gc.vocab_size);
     }
-    std::vector<double> total, fwd, bwd, step;
+    std::vector<double> total, fwd, bwd, step, cpu;
     float first_loss = 0, last_loss = 0;
     for (int i = 0; i < warmup + iters; ++i) {
+      const double c0 = ProcessCpuSeconds();
       auto t0 = Clock::now();
       last_loss = engine.Forward(tokens, targets);
       auto t1 = Clock::now();
@@ -125,6 +134,7 @@ int main(int argc, char** argv) {
       bwd.push_back(Seconds(t1, t2));
       step.push_back(Seconds(t2, t3));
       total.push_back(Seconds(t0, t3));
+      cpu.push_back(ProcessCpuSeconds() - c0);
     }
     const double med = Median(total);
     // Model FLOPs per token trained, PaLM's closed form (appendix B) as bench_gpt_kernels uses it:
@@ -145,6 +155,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(engine.num_parameters()), 1e3 * med, iters, 1e3 * Median(fwd),
                 1e3 * Median(bwd), 1e3 * Median(step), first_loss, last_loss);
     std::printf("gflops %.3f\n", flops_per_token * tokens_per_s * 1e-9);
+    // Process CPU time per step (all threads): robust to other load on a shared host at 1 thread.
+    std::printf("cpu_tokens_per_s %.1f\n", static_cast<double>(batch * T) / Median(cpu));
     std::printf("tokens_per_s %.1f\n", tokens_per_s);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());

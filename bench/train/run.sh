@@ -50,6 +50,7 @@ echo "torch $torch_ver: fp32 GEMMs on OpenBLAS $core, bf16 (autocast) GEMMs on o
 
 dims=(--layers 4 --dim 256 --heads 4 --seq 128 --vocab 256 --batch 8)
 tps() { awk '/^tokens_per_s/ {print $2}'; }
+ctps() { awk '/^cpu_tokens_per_s/ {print $2}'; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}'; }
 
@@ -70,6 +71,7 @@ for ((r = 1; r <= reps; r++)); do
       [[ $r == 1 ]] && echo "  $(grep '^cpu:\|^model FLOPs' <<<"$out" | tr '\n' ' ')" >&2
       echo "  rep $r: $(grep '^zerorun' <<<"$out")" >&2
       res[zr_${dt}_$threads]+="$(tps <<<"$out") "
+      res[zrc_${dt}_$threads]+="$(ctps <<<"$out") "
       fpt=$(sed -n 's/^model FLOPs\/token \([0-9.e+]*\).*/\1/p' <<<"$out")
       for wait in default passive; do
         env=(); [[ $wait == passive ]] && env=(OMP_WAIT_POLICY=passive)
@@ -77,6 +79,7 @@ for ((r = 1; r <= reps; r++)); do
           --iters 5 --warmup 2 "${dims[@]}")
         echo "  rep $r: ${out%%$'\n'*} [OMP wait $wait]" >&2
         res[pt_${wait}_${dt}_$threads]+="$(tps <<<"$out") "
+      res[ptc_${wait}_${dt}_$threads]+="$(ctps <<<"$out") "
       done
     done
   done
@@ -84,20 +87,25 @@ done
 
 echo "GPT training step (fwd+bwd+AdamW), 4 layers, d 256, 4 heads, T 128, V 256, B 8; median of $reps interleaved runs"
 echo "FLOPs/token $fpt (closed form); MFU against the measured peak (fp32 FMA for fp32, bf16 dot-product for bf16)"
-printf "%-4s %-6s %12s %12s %12s %9s | %8s %8s %8s\n" thr dtype zerorun_tok/s torch_tok/s torch_passive ratio \
-  zr_MFU pt_MFU peak_GF/s
+printf "%-4s %-6s %12s %12s %12s %7s | %8s %8s %8s | %10s %10s %7s\n" thr dtype zerorun_tok/s torch_tok/s \
+  torch_passive ratio zr_MFU pt_MFU peak_GF/s zr_cpu_tok pt_cpu_tok cpu_rat
 for threads in $thread_list; do
   for dt in fp32 bf16; do
     z=$(median <<<"${res[zr_${dt}_$threads]}")
     p=$(median <<<"${res[pt_default_${dt}_$threads]}")
     q=$(median <<<"${res[pt_passive_${dt}_$threads]}")
     best=$(awk -v a="$p" -v b="$q" 'BEGIN {print (a > b ? a : b)}')
+    zc=$(median <<<"${res[zrc_${dt}_$threads]}")
+    pc=$(median <<<"${res[ptc_passive_${dt}_$threads]}")
     pk=${peak[${dt}_$threads]}
     zm=$(awk -v t="$z" -v f="$fpt" -v p="$pk" 'BEGIN {printf "%.3f", t * f * 1e-9 / p}')
     pm=$(awk -v t="$best" -v f="$fpt" -v p="$pk" 'BEGIN {printf "%.3f", t * f * 1e-9 / p}')
-    printf "%-4s %-6s %12.1f %12.1f %12.1f %9s | %8s %8s %8s\n" "$threads" "$dt" "$z" "$p" "$q" "$(div "$z" "$best")" \
-      "$zm" "$pm" "$pk"
+    printf "%-4s %-6s %12.1f %12.1f %12.1f %7s | %8s %8s %8s | %10.1f %10.1f %7s\n" "$threads" "$dt" "$z" "$p" "$q" \
+      "$(div "$z" "$best")" "$zm" "$pm" "$pk" "$zc" "$pc" "$(div "$zc" "$pc")"
   done
 done
-echo "ratio = zerorun / the better torch (default or OMP_WAIT_POLICY=passive)"
+echo "ratio = zerorun / the better torch (default or OMP_WAIT_POLICY=passive), wall clock"
+echo "cpu columns: tokens per process CPU-second (torch passive); at 1 thread the load-robust comparison, at 2"
+echo "threads it charges each side its spinning or idle-waiting threads"
+echo "peak: measured per thread in thread CPU time, summed over the threads"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $cores cores"

@@ -1,7 +1,8 @@
-// Causal self-attention: two Linear children around the attention core. The core is composed here
-// from the GEMM kernel (strided over heads, in parallel over the batch) and a private causal
-// softmax, so it runs at BLAS speed; kernels::AttentionForward/Backward (the fused op, e.g. for a
-// device twin) is selectable with AttentionOptions::fused_kernel and is the oracle in the tests.
+// Causal self-attention: two Linear children around the attention core. The core is, by default,
+// kernels::AttentionForward/Backward (the fused op; the CPU one skips the causal upper blocks and runs
+// bf16 products natively); AttentionOptions::fused_kernel = false composes it here from the GEMM
+// kernel (strided over heads, in parallel over the batch) and a private causal softmax, and the tests
+// check the two agree.
 //
 // Per batch row b and head h, with q, k, v the (T, HS) slices of qkv (row stride 3C):
 //   S = q k^T / sqrt(HS)          (T, T) fp32      A = causal_softmax(S)       y = A v   (T, HS)

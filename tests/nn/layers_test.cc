@@ -118,11 +118,13 @@ TEST_CASE("nn.layers: causal self-attention backward matches finite differences,
 }
 
 TEST_CASE("nn.layers: the composed attention core agrees with the fused kernel") {
-  AttentionOptions fo;
-  fo.fused_kernel = true;
-  Check(std::make_unique<CausalSelfAttention>(6, 3, fo), {2, 4, 6}, 26);
+  AttentionOptions fo, co;
+  fo.fused_kernel = true;  // the default
+  co.fused_kernel = false;
+  Check(std::make_unique<CausalSelfAttention>(6, 3, co), {2, 4, 6}, 26);
   for (DType dt : {DType::kF32, DType::kBF16}) {
     AttentionOptions ao;
+    ao.fused_kernel = false;
     ao.dtype = dt;
     fo.dtype = dt;
     CausalSelfAttention composed(12, 3, ao), fused(12, 3, fo);
