@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "zerorun/core/async_copy.h"
 #include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/format.h"
@@ -59,8 +60,9 @@ PartitionOptimizer::PartitionOptimizer(std::vector<PartitionGroupSpec> groups, U
     ZR_CHECK(master_slot_ >= 0, "an offloaded state store needs a master copy (the parameters stay on {})",
              opt_.device.ToString());
     const int64_t n = std::max<int64_t>(1, store_->layout().LargestSubGroupNumel());
-    grad_stage_ = Tensor::Empty({n}, opt_.grad_dtype, Device::CPU(), MemCategory::kPinned);
-    param_stage_ = Tensor::Empty({n}, opt_.param_dtype, Device::CPU(), MemCategory::kPinned);
+    // Pinned through the device's backend (cudaHostAlloc on CUDA), so the copies can be DMA.
+    grad_stage_ = PinnedHostTensor({n}, opt_.grad_dtype, opt_.device);
+    param_stage_ = PinnedHostTensor({n}, opt_.param_dtype, opt_.device);
   }
 }
 
@@ -142,8 +144,9 @@ void PartitionOptimizer::StatePointers(const SubGroupState& st, const Span& s, i
 }
 
 void PartitionOptimizer::Initialize() {
-  std::optional<kernels::KernelDeviceScope> host;  // an offloaded store's buffers are host memory
-  if (store_->offloaded()) host.emplace(Device::CPU());
+  // An offloaded store's state is host memory: its kernels run on the host, whatever the caller's device.
+  std::optional<kernels::KernelDeviceScope> on_store;
+  if (store_->offloaded()) on_store.emplace(store_->device());
   const StateStoreLayout& l = store_->layout();
   const size_t psize = DTypeSize(opt_.param_dtype);
   for (int i = 0; i < l.num_sub_groups(); ++i) {
@@ -217,6 +220,7 @@ void PartitionOptimizer::Step(float grad_scale, const std::function<void(int gro
     StepPasses(grad_scale, progress);
     return;
   }
+  kernels::KernelDeviceScope on_store(store_->device());  // the update runs where the state is: the host
   try {
     StepPasses(grad_scale, progress);
   } catch (const IoError& e) {

@@ -178,6 +178,31 @@ TEST_CASE("engine on a CUDA device (fake): stages 0-3, fp32 and bf16, one and tw
   }
 }
 
+TEST_CASE("engine on a CUDA device (fake): CPU optimizer offload, stages 1-3, bitwise the CPU run with offload") {
+  for (int world : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
+      CAPTURE(world);
+      CAPTURE(stage);
+      zrtest::RunSpec s;
+      s.world = world;
+      s.stage = stage;
+      s.dtype = DType::kBF16;
+      s.micro = 2;
+      s.gas = 2;
+      s.steps = 3;
+      s.zero_json = R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+      DeviceRun cpu = TrainOn(s, nullptr);
+      FakeCudaDevice fake;
+      DeviceRun dev = TrainOn(s, &fake);
+      CHECK(dev.losses == cpu.losses);
+      CHECK(dev.params == cpu.params);
+      CHECK(fake.counts().copies > 0);
+      for (const std::string& v : fake.violations()) MESSAGE(v);
+      CHECK(fake.violation_count() == 0);
+    }
+  }
+}
+
 TEST_CASE("engine on a CUDA device (fake): Save16BitModel stages device tensors through the host") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("zr_device_save_" + std::to_string(::getpid()));
