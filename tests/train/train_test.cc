@@ -497,6 +497,7 @@ TEST_CASE("zerorun-train --device: a bad value, a host backend with cuda, and cu
   const bool named = none.output.find("CUDA device(s) are visible") != std::string::npos ||
                      none.output.find("built without CUDA") != std::string::npos;
   CHECK_MESSAGE(named, none.output);
+}
 
 TEST_CASE("zerorun-train --save_dir/--load_dir: 12 steps = 6 + save + a new process loading + 6, bitwise") {
   struct Job {
