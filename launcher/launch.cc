@@ -129,7 +129,6 @@ bool PortFree(int port, int* err) {
   return ok;
 }
 
-// Runs node `k`'s ranks in this process's children.
 // UCX's shared-memory transport backs each segment with a file in /dev/shm that it unlinks once
 // created; a rank killed or stopped between the two (the fault suite caught one, frozen in its
 // rendezvous) leaves that file behind for good. The ranks of a node therefore get their own directory
@@ -171,6 +170,7 @@ class NodeShmDir {
   std::string dir_;
 };
 
+// Runs node `k`'s ranks in this process's children.
 JobOutcome RunNodeHere(const LaunchOptions& opts, const World& world, int k, const JobContext& job, int watch_fd) {
   const Node& node = world.nodes[static_cast<size_t>(k)];
   std::string host = node.host == "localhost" ? Hostname() : node.host;
