@@ -2,6 +2,7 @@
 #include "zerorun/runtime/offload_store.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "zerorun/core/error.h"
 #include "zerorun/offload/host_state_store.h"
@@ -35,6 +36,15 @@ zero::StateStoreFactory OptimizerStateStoreFromConfig(const Config& config, int 
     }
     case OffloadDevice::kNvme: {
       const offload::NvmeStateStoreOptions o = NvmeStoreOptionsFromConfig(config, rank);
+      // The preflight of nvme_path runs here, before the engine has partitioned anything: a bad path
+      // is an IoError naming the key while nothing is charged to the engine's memory account yet.
+      // (Writability, O_DIRECT and the swap directories are checked by the store's SwapDir.)
+      std::error_code ec;
+      if (!std::filesystem::is_directory(o.dir.nvme_path, ec)) {
+        const bool exists = std::filesystem::exists(o.dir.nvme_path, ec);
+        ZR_THROW(IoError, "{}: '{}' {}", o.dir.config_key, o.dir.nvme_path,
+                 exists ? "is not a directory" : "does not exist (create it, or point nvme_path at a directory)");
+      }
       return [o](zero::StateStoreLayout layout) -> std::unique_ptr<zero::StateStore> {
         return offload::MakeNvmeStateStore(std::move(layout), o);
       };
