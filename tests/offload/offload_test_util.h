@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/skip.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/offload/file_env.h"
@@ -32,13 +33,6 @@ namespace zr_offload_test {
 using namespace zerorun;
 using namespace zerorun::offload;
 namespace fs = std::filesystem;
-
-// CTest marks a test whose output contains this tag as skipped (cmake/ZerorunDiscoverTests.cmake).
-#define ZR_TEST_SKIP(reason)                              \
-  do {                                                    \
-    MESSAGE("[zerorun-skip] " << (reason));               \
-    return;                                               \
-  } while (0)
 
 // What a fault rule does to a matching request. Rules are tried in order; the first that matches
 // (and has hits left) acts.
