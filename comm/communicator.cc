@@ -285,6 +285,11 @@ std::string Communicator::HeartbeatValue() const {
                 static_cast<int64_t>(UnixMs()));
 }
 
+std::vector<Communicator::PendingP2P> Communicator::PendingP2POps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_p2p_;
+}
+
 std::string Communicator::DescribeStall(const OpDesc& op) {
   if (!heartbeat_store_) return "";
   std::vector<std::string> keys;
@@ -570,7 +575,10 @@ void Communicator::ExecutorLoop() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         executing_ = false;
-        if (left_pending) ++pending_count_;
+        if (left_pending) {
+          ++pending_count_;
+          pending_p2p_.push_back({next->op.op, next->op.seq, next->op.root});
+        }
       }
       if (left_pending) pending.push_back({std::move(next->op), next->work, start});
       idle_spins = 0;
@@ -596,6 +604,8 @@ void Communicator::ExecutorLoop() {
           {
             std::lock_guard<std::mutex> lock(mu_);
             --pending_count_;
+            const uint64_t seq = p.op.seq;
+            std::erase_if(pending_p2p_, [seq](const PendingP2P& x) { return x.seq == seq; });
           }
           Finish(p.work, p.op, p.start, err);
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));

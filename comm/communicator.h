@@ -257,6 +257,14 @@ class Communicator {
  public:
   // For the monitor: the last sequence number this rank submitted, and the op's name.
   std::string HeartbeatValue() const;
+  // For the monitor: the send/recv ops this rank has started and that wait for their peer (in this
+  // group's ranks), oldest first. A peer that left the job never completes them.
+  struct PendingP2P {
+    OpType op;
+    uint64_t seq;
+    int peer;
+  };
+  std::vector<PendingP2P> PendingP2POps() const;
   // Keeps `resource` alive as long as this communicator, released after the backend is torn down
   // (InitFromEnv attaches the store server, store client and monitor to the world communicator).
   void AttachResource(std::shared_ptr<void> resource) { resources_.push_back(std::move(resource)); }
@@ -298,6 +306,7 @@ class Communicator {
   int64_t running_ = 0;  // queued or executing or pending p2p
   bool executing_ = false;    // an op is running (on the executor or inline in Work::Wait)
   int64_t pending_count_ = 0;  // p2p ops waiting for their poll
+  std::vector<PendingP2P> pending_p2p_;  // the same ops, for the monitor
   bool stop_ = false;
   std::thread executor_;
 

@@ -221,6 +221,30 @@ void Monitor::Beat() {
   }
 }
 
+// A send/recv of the world group waiting on a rank that left never completes. A message that rank
+// sent just before leaving may still be on its way, so an op counts only once it was pending at two
+// checks in a row (0.5 s apart). Returns the abort reason, or "".
+std::string Monitor::LeftPeerOfPendingP2P(const Communicator& world) {
+  std::vector<uint64_t> waiting;
+  std::string reason;
+  for (const Communicator::PendingP2P& p : world.PendingP2POps()) {
+    auto left = std::find_if(left_.begin(), left_.end(), [&](const auto& l) { return l.first == p.peer; });
+    if (left == left_.end()) continue;
+    waiting.push_back(p.seq);
+    const bool seen = std::find(p2p_waiting_on_left_.begin(), p2p_waiting_on_left_.end(), p.seq) !=
+                      p2p_waiting_on_left_.end();
+    if (!seen || !reason.empty()) continue;
+    const bool send = p.op == OpType::kSend;
+    reason = Format("rank {} (host {}) left the job: it finished cleanly after op #{} of group 'world', but rank {} "
+                    "waits in {} #{} {} it, which rank {} will never match (did that rank return early, or skip a "
+                    "send/recv in rank-conditional code?)",
+                    p.peer, p.peer < static_cast<int>(world.hosts().size()) ? world.hosts()[static_cast<size_t>(p.peer)] : "?",
+                    left->second, rank_, send ? "send" : "recv", p.seq, send ? "to" : "from", p.peer);
+  }
+  p2p_waiting_on_left_ = std::move(waiting);
+  return reason;
+}
+
 // A rank that checked out cleanly after world op #s never joins op #s+1: a rank of this process
 // waiting in a later world collective would only time out. Abort the job now, naming the rank.
 void Monitor::CheckLeftRanks() {
@@ -249,6 +273,8 @@ void Monitor::CheckLeftRanks() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const Entry& e : entries_) {
       if (e.comm->name() != "world") continue;
+      reason = LeftPeerOfPendingP2P(*e.comm);
+      if (!reason.empty()) break;
       auto [seq, op] = ParseBeat(e.comm->HeartbeatValue());
       if (!IsCollective(op)) break;
       for (const auto& [r, left_seq] : left_) {

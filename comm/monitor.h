@@ -9,8 +9,9 @@
 //     every 500 ms, which a timing-out rank reads to tell a FROZEN peer (connection open, no
 //     heartbeat) from one that is alive but did not arrive;
 //   - watches for ranks that left the job cleanly ("left/<rank>" = the world group's last op, written
-//     at check-out) while this rank has entered a world collective they never joined, and aborts
-//     the job naming them (a rank that returned early);
+//     at check-out) while this rank has entered a world collective they never joined, or has waited
+//     through two checks (0.5 s apart) on a world send/recv with one of them, and aborts the job
+//     naming them (a rank that returned early);
 //   - tells the two ways of losing the store host apart: its connection closed (rank 0 died) or it
 //     stopped answering for the comm timeout (rank 0 is FROZEN or unreachable). A store host frozen
 //     for less than the comm timeout is waited for.
@@ -70,6 +71,7 @@ class Monitor {
   void Run();
   void Beat();
   void CheckLeftRanks();
+  std::string LeftPeerOfPendingP2P(const Communicator& world);
   void AbortAll(const std::string& reason);
   std::string StoreHostName() const;
 
@@ -91,6 +93,7 @@ class Monitor {
   int world_size_ = 0;
   int64_t left_seen_ = 0;         // check-outs counted so far
   std::vector<std::pair<int, uint64_t>> left_;  // (rank, last world seq) of ranks that left
+  std::vector<uint64_t> p2p_waiting_on_left_;    // world send/recv seqs pending on a left rank at the last check
   bool stop_ = false;
   bool thread_done_ = false;
   std::atomic<double> call_since_{0};  // NowSeconds() when the thread's current store call began, 0 if none

@@ -357,6 +357,10 @@ void RunCase(const std::string& root, const Case& c, const Baseline& base, int i
     CHECK_MESSAGE(naming > 0, "no survivor named the rank that left");
     // not the comm timeout: detected from its check-out (before the rendezvous: the connect timeout)
     CHECK(job.end_ms - fault_ms < (c.phase == "rendezvous" ? kConnectTimeoutS + 10 : 15) * 1000);
+    // a survivor waiting on it (a collective or a send/recv) is stopped by the monitor, not by its
+    // own timeout, which would race the store host's exit and blame the wrong rank
+    if (c.phase != "rendezvous") CHECK_MESSAGE(job.output.find("timed out after") == std::string::npos,
+                                               "a survivor timed out instead of naming the rank that left");
   } else if (!completed) {  // frozen past the timeout
     CHECK(job.exit_code == 1);
     CHECK_MESSAGE(naming > 0, "no survivor named the frozen rank");
