@@ -80,6 +80,10 @@ std::string SummaryToJson(const TrainSummary& s) {
   for (double l : s.losses) num(l);
   w.EndArray();
   w.Key("final_loss"); num(s.final_loss);
+  if (s.eval_batches > 0) {
+    w.Key("eval_loss"); num(s.eval_loss);
+    w.Key("eval_batches"); w.Int64(s.eval_batches);
+  }
   w.Key("entropy_floor"); num(s.entropy_floor);
   w.Key("loss_scale"); num(s.loss_scale);
   w.Key("lr"); num(s.lr);

@@ -34,6 +34,8 @@ struct TrainSummary {
   int64_t seq_len = 0;
   std::vector<double> losses;           // mean loss of each global step (over its micro-batches)
   double final_loss = 0;
+  double eval_loss = -1;                // zerorun-train --eval_batches: held-out loss of the final model (-1: none)
+  int64_t eval_batches = 0;             // batches it was averaged over (0: no evaluation; eval_loss not written)
   double entropy_floor = -1;            // best achievable loss of the data (synthetic corpus), -1: unknown
   double loss_scale = 1;
   double lr = 0;

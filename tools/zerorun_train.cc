@@ -77,6 +77,12 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            (every rank takes part; ZeRO stage 3 needs
                            zero_optimization.stage3_gather_16bit_weights_on_model_save: true)
   --log_every N            progress line every N steps on rank 0 (default 10)
+  --eval_batches N         after training, the final model's mean loss over N held-out batches (micro
+                           batch x seq_len tokens each; split over the ranks) as eval_loss in the summary
+                           and the last line: the synthetic corpus's held-out documents (drawn apart from
+                           the training ones), or --eval_data. Each rank holds a full copy of the model
+                           for it (default 0: none)
+  --eval_data PATH         held-out data for --eval_batches with --data files (same formats as --data)
   --trace FILE             write a Chrome trace-event timeline (Perfetto, chrome://tracing) of each rank:
                            steps, module forward/backward/recompute, optimizer sub-groups, collectives with
                            bytes; {rank} in FILE is replaced, else ranks > 0 write FILE's stem + .rank<R>
@@ -103,6 +109,8 @@ struct Args {
   std::string save_dir, load_dir, load_tag;
   int64_t save_interval = 0;
   int64_t log_every = 10;
+  int64_t eval_batches = 0;
+  std::string eval_data;
   std::string backend;
   std::string device;  // "", "cpu" or "cuda"
   bool allow_unknown = false;
@@ -132,12 +140,13 @@ Args ParseArgs(int argc, char** argv) {
                                                  {"--summary", &a.summary}, {"--backend", &a.backend}, {"--device", &a.device},
                                                  {"--save_16bit_model", &a.save_16bit_model},
                                                  {"--trace", &a.trace}, {"--save_dir", &a.save_dir},
-                                                 {"--load_dir", &a.load_dir}, {"--load_tag", &a.load_tag}};
+                                                 {"--load_dir", &a.load_dir}, {"--load_tag", &a.load_tag},
+                                                 {"--eval_data", &a.eval_data}};
   std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
       {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
       {"--d_model", {&a.d_model, 1}}, {"--seq_len", {&a.seq_len, 1}}, {"--vocab_size", {&a.vocab_size, 2}},
       {"--log_every", {&a.log_every, 1}}, {"--trace_steps", {&a.trace_steps, 0}},
-      {"--save_interval", {&a.save_interval, 1}}};
+      {"--save_interval", {&a.save_interval, 1}}, {"--eval_batches", {&a.eval_batches, 0}}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -217,6 +226,37 @@ KillHook KillHookFromEnv() {
   return k;
 }
 
+// The final model's mean loss over `batches` held-out batches: the parameters gathered into a second
+// copy of the model (eval mode: no dropout), rank r taking batches r, r + world, ...; the mean over
+// every batch evaluated (the count rounded up to a multiple of the world size), agreed across ranks.
+double Evaluate(zr::runtime::Engine& engine, const zr::gpt::GptConfig& gc, zr::data::TokenDataset& data,
+                int64_t batches, int64_t micro_batch, zr::comm::Communicator& comm, int64_t* evaluated) {
+  std::vector<zr::Tensor> values = engine.GatherParameters();  // a collective at stage 3
+  zr::gpt::Gpt model(gc);
+  std::vector<zr::nn::Parameter*> params = model.Parameters();
+  ZR_CHECK(params.size() == values.size(), "eval model has {} parameters, the engine {}", params.size(), values.size());
+  for (size_t i = 0; i < params.size(); ++i) params[i]->BindData(values[i]);  // new CPU tensors of the same shape
+  values.clear();
+  model.Eval();
+  zr::data::SamplerOptions so;
+  so.batch_size = micro_batch;
+  so.seq_len = gc.seq_len;
+  so.rank = comm.rank();
+  so.world_size = comm.size();
+  so.seed = 97;  // a fixed order: every run evaluates the same batches
+  so.drop_last = true;
+  zr::data::DistributedSampler sampler(data, so);
+  const int64_t per_rank = (batches + comm.size() - 1) / comm.size();
+  double sum = 0;
+  for (int64_t k = 0; k < per_rank; ++k) {
+    zr::data::Batch b = sampler.Next();
+    sum += model.ForwardLoss(ToTensor(b.inputs, b.B, b.T), ToTensor(b.targets, b.B, b.T));
+  }
+  if (comm.size() > 1) comm.AllReduce(&sum, 1, zr::DType::kF64, zr::comm::ReduceOp::kSum).Wait();
+  *evaluated = per_rank * comm.size();
+  return sum / static_cast<double>(*evaluated);
+}
+
 int Run(const Args& args) {
   zr::comm::InitOptions io;
   io.backend = args.backend;
@@ -287,6 +327,29 @@ int Run(const Args& args) {
     bool shards = paths.front().size() > 4 && paths.front().substr(paths.front().size() - 4) == ".bin";
     if (vocab < 0) vocab = shards ? 50257 : 256;
     dataset = shards ? zr::data::OpenTokenShards(paths, vocab) : zr::data::OpenByteTextFiles(paths, vocab);
+  }
+  // Held-out data for --eval_batches: documents of the same chain under another sample seed, or --eval_data.
+  std::unique_ptr<zr::data::TokenDataset> eval_set;
+  if (args.eval_batches > 0) {
+    if (args.data == "synthetic") {
+      zr::data::MarkovChainOptions mo;
+      mo.vocab_size = static_cast<int>(vocab);
+      mo.seed = 4242;
+      zr::data::MarkovChain chain(mo);
+      const int64_t windows = std::max<int64_t>(args.eval_batches * cfg.micro_batch_per_gpu(), 64);
+      const int64_t doc_tokens = 64 * args.seq_len + 1;
+      std::vector<std::vector<int32_t>> docs;
+      for (int64_t d = 0; d * 64 < windows; ++d) docs.push_back(chain.Sample(doc_tokens, 778, static_cast<uint64_t>(d)));
+      eval_set = zr::data::MakeInMemoryDataset(std::move(docs), "held-out synthetic documents");
+    } else if (args.eval_data.empty()) {
+      UsageError("--eval_batches with --data files needs --eval_data PATH (held-out files)");
+    } else {
+      std::vector<std::string> paths = zr::data::ExpandDataPaths(args.eval_data);
+      bool shards = paths.front().size() > 4 && paths.front().substr(paths.front().size() - 4) == ".bin";
+      eval_set = shards ? zr::data::OpenTokenShards(paths, vocab) : zr::data::OpenByteTextFiles(paths, vocab);
+    }
+  } else if (!args.eval_data.empty()) {
+    UsageError("--eval_data without --eval_batches N");
   }
   zr::data::SamplerOptions so;
   so.batch_size = cfg.micro_batch_per_gpu();
@@ -389,6 +452,17 @@ int Run(const Args& args) {
     if (kill.rank == rank && kill.step == step + 1) std::raise(SIGKILL);  // the test hook below
   }
   double seconds = wall.ElapsedSeconds();
+  if (eval_set) {
+    int64_t evaluated = 0;
+    summary.eval_loss = Evaluate(engine, gc, *eval_set, args.eval_batches, cfg.micro_batch_per_gpu(), *comm, &evaluated);
+    summary.eval_batches = evaluated;
+    if (rank == 0) {
+      std::printf("eval: loss %.4f over %lld held-out batches (%s)%s\n", summary.eval_loss,
+                  static_cast<long long>(evaluated), eval_set->description().c_str(),
+                  FloorText(", entropy floor %.4f", entropy_floor).c_str());
+      std::fflush(stdout);
+    }
+  }
   summary.rank = rank;
   summary.world_size = world;
   summary.zero_stage = engine.zero_stage();

@@ -538,6 +538,51 @@ TEST_CASE("zerorun-train --save_dir/--load_dir: 12 steps = 6 + save + a new proc
   }
 }
 
+TEST_CASE("zerorun-train --eval_batches: the final model's held-out loss, the same at 1 and 2 ranks, dropout off") {
+  fs::path d = TempDir("eval");
+  WriteCkptJob(d, Config(4, 2));
+  std::string held_out;
+  for (int i = 0; held_out.size() < 20000; ++i) held_out += "checkpoint " + std::to_string(i * 104729 % 1000) + " resumes; ";
+  WriteFile(d / "held_out.txt", held_out);
+  const std::string eval = " --eval_data " + (d / "held_out.txt").string();
+  Proc train = Run(CkptRun(d, "", 1, "--steps 6 --save_dir " + (d / "ck").string() + " --eval_batches 8" + eval +
+                                         " --summary " + (d / "train.json").string()));
+  INFO(train.output);
+  REQUIRE(train.status == 0);
+  CHECK(train.output.find("eval: loss ") != std::string::npos);
+  const rapidjson::Document t = ReadJson(d / "train.json");
+  REQUIRE(t.HasMember("eval_loss"));
+  CHECK(t["eval_batches"].GetInt64() == 8);
+  const double trained = t["eval_loss"].GetDouble();
+  CHECK(trained > 0);
+  CHECK(trained < Losses(t).front());  // 6 steps of training lowered the held-out loss below step 1's
+  // The saved model evaluated again by 1 and by 2 ranks (no further steps): the same 8 batches, so
+  // the same loss up to the GEMMs' rounding. Dropout (0.1 in these jobs) would make them differ.
+  for (int ranks : {1, 2}) {
+    const fs::path out = d / ("again" + std::to_string(ranks) + "_{rank}.json");
+    Proc again = Run(CkptRun(d, "", ranks, "--steps 6 --load_dir " + (d / "ck").string() + " --eval_batches 8" + eval +
+                                               " --summary " + out.string()));
+    INFO(again.output);
+    REQUIRE(again.status == 0);
+    for (int r = 0; r < ranks; ++r) {
+      const rapidjson::Document a = ReadJson(d / ("again" + std::to_string(ranks) + "_" + std::to_string(r) + ".json"));
+      REQUIRE(a.HasMember("eval_loss"));
+      CHECK(a["eval_loss"].GetDouble() == doctest::Approx(trained).epsilon(1e-5));
+    }
+  }
+  // Without evaluation the summary has no eval_loss; bad combinations are refused.
+  Proc none = Run(CkptRun(d, "", 1, "--steps 2 --summary " + (d / "none.json").string()));
+  REQUIRE(none.status == 0);
+  CHECK_FALSE(ReadJson(d / "none.json").HasMember("eval_loss"));
+  Proc no_data = Run(CkptRun(d, "", 1, "--steps 2 --eval_batches 4"));
+  CHECK(no_data.status == 2);
+  CHECK(no_data.output.find("--eval_batches with --data files needs --eval_data") != std::string::npos);
+  Proc no_batches = Run(CkptRun(d, "", 1, "--steps 2" + eval));
+  CHECK(no_batches.status == 2);
+  CHECK(no_batches.output.find("--eval_data without --eval_batches") != std::string::npos);
+  fs::remove_all(d);
+}
+
 TEST_CASE("zerorun-train: a rank killed mid-run, the launcher restarts the job, it resumes from latest and ends bitwise equal") {
   fs::path d = TempDir("ckpt_restart");
   WriteCkptJob(d, R"({"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
