@@ -115,8 +115,8 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
   if (mb_min > mb_max) fail("autotuning.min_train_micro_batch_size_per_gpu", "is above max_train_micro_batch_size_per_gpu");
   if (mp != 1) fail("autotuning.mp_size", "zerorun has no model parallelism (every rank is data-parallel): expected 1");
   if (metric != "throughput" && metric != "latency") {
-    fail("autotuning.metric", metric == "flops" ? "FLOPS needs the FLOPs profiler, which zerorun does not have; use "
-                                                  "throughput or latency"
+    fail("autotuning.metric", metric == "flops" ? "not measured per experiment (zerorun's FLOPs profiler reports one "
+                                                  "profile_step of a run); use throughput or latency"
                                                 : Format("'{}' is not one of throughput, latency, flops", metric));
   }
   std::string strategy;
@@ -154,8 +154,8 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
   }
   if (psi <= 0) plan.notes.push_back("no model size (autotuning.model_info.num_params or --params): no stage pruned by memory");
   if (stages.empty()) fail("autotuning", Format("no ZeRO stage fits the memory budget {} (see the estimate: zerorun-config estimate)", FormatBytes(static_cast<double>(budget))));
-  plan.notes.push_back(Format("throughput is the trial's tokens/s over all {} steps (end_profile_step); start_profile_step {} "
-                              "is not subtracted", end_step, start_step));
+  plan.notes.push_back(Format("{} is measured over steps {}..{} (start_profile_step..end_profile_step) of each trial's {}",
+                              metric == "throughput" ? "throughput" : "latency", start_step, end_step, end_step));
 
   // The trials' base: the config without the autotuning section and with the micro batch free.
   rapidjson::Document base;
@@ -165,12 +165,13 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
   std::string stage_choices, mb_choices;
   for (int s : stages) stage_choices += (stage_choices.empty() ? "" : ", ") + std::to_string(s);
   for (int64_t m : MicroBatches(mb_min, mb_max, mb_n)) mb_choices += (mb_choices.empty() ? "" : ", ") + std::to_string(m);
-  std::string args = Quote("--steps") + ", " + Quote(std::to_string(end_step));
+  std::string args = Quote("--steps") + ", " + Quote(std::to_string(end_step)) + ", " + Quote("--profile_window") + ", " +
+                     Quote(Format("{}:{}", start_step, end_step));
   for (const std::string& x : opts.trainer_args) args += ", " + Quote(x);
   // One experiment at a time: throughput is only comparable on an otherwise idle machine. Built by
   // concatenation: Format reads "}}" as a literal brace.
-  const std::string objective = metric == "throughput" ? R"({"metric": "tokens_per_second", "mode": "max"})"
-                                                       : R"({"metric": "summary.wall_seconds", "mode": "min"})";
+  const std::string objective = metric == "throughput" ? R"({"metric": "summary.window_tokens_per_second", "mode": "max"})"
+                                                       : R"({"metric": "summary.window_step_ms", "mode": "min"})";
   const std::string spec =
       "{\"base_config\": " + ToJson(base) + ", \"strategy\": " + Quote(strategy) +
       ", \"trials\": " + std::to_string(num_trials) + ", \"parallel\": 1" + ", \"args\": [" + args + "], \"world_size\": " +

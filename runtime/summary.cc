@@ -90,6 +90,12 @@ std::string SummaryToJson(const TrainSummary& s) {
   w.Key("grad_norm"); num(s.grad_norm);
   w.Key("tokens_per_second"); num(s.tokens_per_second);
   w.Key("wall_seconds"); num(s.wall_seconds);
+  if (s.window_first_step > 0) {
+    w.Key("window_first_step"); w.Int64(s.window_first_step);
+    w.Key("window_last_step"); w.Int64(s.window_last_step);
+    w.Key("window_tokens_per_second"); num(s.window_tokens_per_second);
+    w.Key("window_step_ms"); num(s.window_step_ms);
+  }
   w.Key("parameters"); w.Int64(s.parameters);
   w.Key("memory_bytes");
   w.StartObject();

@@ -42,6 +42,10 @@ struct TrainSummary {
   double grad_norm = -1;                // last applied step's global norm (-1: never computed)
   double tokens_per_second = 0;         // this rank's tokens / wall time of the training loop
   double wall_seconds = 0;
+  // zerorun-train --profile_window A:B: steps A..B alone (0: no window; the keys are not written).
+  int64_t window_first_step = 0, window_last_step = 0;
+  double window_tokens_per_second = 0;  // this rank's tokens of those steps / their wall time
+  double window_step_ms = 0;            // their mean wall time per step
   int64_t parameters = 0;               // model parameters (unique; tied counted once)
   MemoryAccount::Snapshot memory;       // by category; peak_total
   std::map<std::string, CollectiveBytes> comm_bytes;  // by collective name (all_reduce, ...)

@@ -87,6 +87,9 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            steps, module forward/backward/recompute, optimizer sub-groups, collectives with
                            bytes; {rank} in FILE is replaced, else ranks > 0 write FILE's stem + .rank<R>
   --trace_steps N          trace only the first N steps (default 0: all)
+  --profile_window A:B     also time steps A..B (1-based, inclusive; the first steps warm up caches and
+                           allocators): window_tokens_per_second and window_step_ms in the summary
+                           (zerorun-sweep --autotune measures start_profile_step..end_profile_step so)
   --backend ucx|local|nccl communication backend for multi-rank jobs (default: ZERORUN_COMM_BACKEND or ucx)
   --device cpu|cuda        where the model, gradients and optimizer state live (default: the backend's
                            device, cpu for ucx/local). cuda: one GPU per local rank (LOCAL_RANK), NCCL
@@ -111,6 +114,7 @@ struct Args {
   int64_t log_every = 10;
   int64_t eval_batches = 0;
   std::string eval_data;
+  int64_t window_first = 0, window_last = 0;  // --profile_window (0: none)
   std::string backend;
   std::string device;  // "", "cpu" or "cuda"
   bool allow_unknown = false;
@@ -171,6 +175,12 @@ Args ParseArgs(int argc, char** argv) {
       a.checkpoint_activations = true;
     } else if (arg == "--local_rank") {
       ParseInt(arg, take(), 0);
+    } else if (arg == "--profile_window") {
+      const std::string v = take();
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos) UsageError(zr::Format("--profile_window expects A:B, got '{}'", v));
+      a.window_first = ParseInt(arg, v.substr(0, colon), 1);
+      a.window_last = ParseInt(arg, v.substr(colon + 1), a.window_first);
     } else if (arg == "--seed") {
       a.seed = static_cast<uint64_t>(ParseInt(arg, take(), 0));
     } else if (arg == "--dropout") {
@@ -185,6 +195,9 @@ Args ParseArgs(int argc, char** argv) {
     } else {
       UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
+  }
+  if (a.window_last > a.steps) {
+    UsageError(zr::Format("--profile_window {}:{} ends after the last step ({})", a.window_first, a.window_last, a.steps));
   }
   return a;
 }
@@ -422,8 +435,14 @@ int Run(const Args& args) {
   zr::runtime::TrainSummary summary;
   const int64_t gas = cfg.gradient_accumulation_steps();
   const int64_t tokens_per_step_rank = cfg.micro_batch_per_gpu() * gas * args.seq_len;
+  if (args.window_first > 0 && args.window_first <= first_step) {
+    UsageError(zr::Format("--profile_window {}:{} starts at or before step {}, where this run resumed", args.window_first,
+                          args.window_last, first_step));
+  }
   zr::Stopwatch wall;
+  double window_start_s = 0, window_end_s = 0;
   for (int64_t step = first_step; step < args.steps; ++step) {
+    if (step + 1 == args.window_first) window_start_s = wall.ElapsedSeconds();
     double loss_sum = 0;
     for (int64_t m = 0; m < gas; ++m) {
       zr::data::Batch b = sampler.Next();
@@ -436,6 +455,7 @@ int Run(const Args& args) {
     double loss = loss_sum / static_cast<double>(gas);
     if (world > 1) comm->AllReduce(&loss, 1, zr::DType::kF64, zr::comm::ReduceOp::kAvg).Wait();
     summary.losses.push_back(loss);
+    if (step + 1 == args.window_last) window_end_s = wall.ElapsedSeconds();
     if (rank == 0 && ((step + 1) % args.log_every == 0 || step == 0 || step + 1 == args.steps)) {
       double tps = static_cast<double>(tokens_per_step_rank * world * (step + 1 - first_step)) / wall.ElapsedSeconds();
       std::printf("step %5lld/%lld | loss %.4f%s | lr %.3g | scale %g | grad norm %.3f | %.0f tokens/s%s\n",
@@ -482,6 +502,14 @@ int Run(const Args& args) {
   summary.grad_norm = engine.GetGlobalGradNorm();
   summary.tokens_per_second = static_cast<double>(tokens_per_step_rank * (args.steps - first_step)) / seconds;
   summary.wall_seconds = seconds;
+  if (args.window_first > 0) {
+    const int64_t n = args.window_last - args.window_first + 1;
+    const double window_s = window_end_s - window_start_s;
+    summary.window_first_step = args.window_first;
+    summary.window_last_step = args.window_last;
+    summary.window_tokens_per_second = static_cast<double>(tokens_per_step_rank * n) / window_s;
+    summary.window_step_ms = window_s * 1e3 / static_cast<double>(n);
+  }
   summary.parameters = engine.num_parameters();
   summary.memory = engine.memory().Snap();
   zr::comm::CommStats stats = comm->Stats();

@@ -162,6 +162,35 @@ TEST_CASE("zerorun-train alone: learns on the synthetic corpus and writes the su
   fs::remove_all(d);
 }
 
+TEST_CASE("zerorun-train --profile_window: steps A..B timed alone; a window outside the run is refused") {
+  fs::path d = TempDir("window");
+  WriteFile(d / "ds.json", Config(8, 1));
+  const std::string base = BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + kSmall;
+  Proc p = Run(base + " --profile_window 4:9 --summary " + (d / "s.json").string());
+  INFO(p.output);
+  REQUIRE(p.status == 0);
+  rapidjson::Document s = ReadJson(d / "s.json");
+  REQUIRE(s.HasMember("window_tokens_per_second"));
+  CHECK(s["window_first_step"].GetInt64() == 4);
+  CHECK(s["window_last_step"].GetInt64() == 9);
+  const double step_ms = s["window_step_ms"].GetDouble();
+  CHECK(step_ms > 0);
+  CHECK(6 * step_ms < 1e3 * s["wall_seconds"].GetDouble());  // 6 of the 12 steps
+  // 8 windows x 16 tokens per step on this rank
+  CHECK(s["window_tokens_per_second"].GetDouble() == doctest::Approx(8 * 16 / (step_ms / 1e3)).epsilon(1e-9));
+  Proc none = Run(base + " --summary " + (d / "none.json").string());
+  REQUIRE(none.status == 0);
+  CHECK_FALSE(ReadJson(d / "none.json").HasMember("window_step_ms"));
+  for (const char* bad : {"5:3", "2:13", "0:4", "4"}) {
+    Proc b = Run(base + " --profile_window " + bad);
+    INFO(bad << ": " << b.output);
+    CHECK(b.status == 2);
+    CHECK(b.output.find("zerorun-train: --profile_window") != std::string::npos);
+    CHECK(b.output.find("| loss ") == std::string::npos);  // refused before training
+  }
+  fs::remove_all(d);
+}
+
 TEST_CASE("zerorun-train: the same command twice gives bitwise identical losses") {
   fs::path d = TempDir("determinism");
   WriteFile(d / "ds.json", Config(4, 2));
