@@ -143,12 +143,41 @@ Engine::Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Commu
       comm_(comm_owner_.get()),
       options_(std::move(options)),
       account_(options_.name) {
-  Init();
+  InitOrUndo();
 }
 
 Engine::Engine(nn::LossModule& model, Config config, comm::Communicator& comm, EngineOptions options)
     : model_(model), config_(std::move(config)), comm_(&comm), options_(std::move(options)), account_(options_.name) {
-  Init();
+  InitOrUndo();
+}
+
+// A constructor that throws runs no destructor: whatever Init() did to the model (its observer, its
+// parameters re-bound into the strategy's buffers or released at stage 3, gradients bound into
+// buckets) would point into this engine's freed members. Undo it: the strategy goes first (it waits
+// for what is in flight), then every parameter gets back the storage it had before, with the values
+// it had (the engine copies them into its own buffers), or none if it had none (EngineOptions::init_seed).
+void Engine::InitOrUndo() {
+  std::vector<std::pair<nn::Parameter*, Tensor>> before;
+  for (nn::Parameter* p : model_.Parameters()) before.emplace_back(p, p->engine_data());
+  try {
+    Init();
+  } catch (...) {
+    model_.SetObserver(nullptr);
+    if (impl_ && impl_->tracer) comm_->SetTracer(nullptr);
+    if (impl_) impl_->strategy.reset();
+    checkpointer_.reset();
+    for (auto& [p, data] : before) {
+      if (data.defined()) {
+        p->BindData(data);
+      } else {
+        p->ReleaseData();
+      }
+      p->ReleaseGrad();
+      p->SetAvailable(true);
+    }
+    impl_.reset();
+    throw;
+  }
 }
 
 Engine::~Engine() {

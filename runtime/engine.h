@@ -96,7 +96,8 @@ class Engine {
  public:
   // `model` must be initialised (parameter values set); its parameter dtype must be the config's model
   // dtype (fp32, bf16 with bf16.enabled, fp16 with fp16.enabled). `config` must have been loaded with
-  // world_size == comm->size(). Throws ConfigError / InvalidArgument naming what does not fit.
+  // world_size == comm->size(). Throws ConfigError / InvalidArgument naming what does not fit (IoError for
+  // an unusable monitor or swap path); the model is then as it was before (parameters, values, no observer).
   Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Communicator> comm,
          EngineOptions options = {});
   // Same, with a communicator the caller keeps alive for the engine's lifetime.
@@ -205,6 +206,7 @@ class Engine {
   friend class Observer;
 
   void Init();
+  void InitOrUndo();  // Init(), and on a throw the model left as it was
   void BuildOptimizer();
   void BuildStrategy(const std::vector<nn::Parameter*>& model_params);
   void LogProgress();
