@@ -130,20 +130,43 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
     psi = static_cast<int64_t>(a["model_info"]["num_params"].GetDouble());
   }
 
-  // The stages that fit: model states + transient buckets per rank against the budget.
+  // A job on a GPU (--device cuda among the trainer's flags) can move optimizer state to host memory;
+  // on a CPU job it is in host memory either way, so offload is no axis there.
+  bool device_job = false;
+  for (size_t i = 0; i < opts.trainer_args.size(); ++i) {
+    const std::string& x = opts.trainer_args[i];
+    if (x == "--device=cuda" || (x == "--device" && i + 1 < opts.trainer_args.size() && opts.trainer_args[i + 1] == "cuda")) {
+      device_job = true;
+    }
+  }
+  // The stages that fit: model states + transient buckets per rank against the budget; on a device
+  // job also each stage 1-3 with the optimizer offloaded to the CPU that fits so.
   std::vector<int> stages;
+  std::vector<int> offload_stages;
   const int64_t budget = opts.budget_bytes > 0 ? opts.budget_bytes : AvailableMemoryBytes() / std::max<int64_t>(1, opts.world_size);
   const bool bf16 = d.HasMember("bf16") && d["bf16"].IsObject() && d["bf16"].HasMember("enabled") && d["bf16"]["enabled"].IsTrue();
   const bool fp16 = d.HasMember("fp16") && d["fp16"].IsObject() && d["fp16"].HasMember("enabled") && d["fp16"]["enabled"].IsTrue();
   for (int stage = 0; stage <= 3; ++stage) {
     if (psi <= 0 || budget <= 0) {
       stages.push_back(stage);
+      if (device_job && stage > 0) offload_stages.push_back(stage);
       continue;
     }
     zero::EstimateInput in;
     in.groups = zero::ModelOfParams(psi);
     in.world_size = static_cast<int>(opts.world_size);
     in.param_bytes = in.grad_bytes = in.comm_bytes = (bf16 || fp16) ? 2 : 4;
+    if (device_job && stage > 0) {
+      zero::StageEstimate off = zero::EstimateStage(in, stage, zero::OffloadTarget::kCpu);
+      if (off.DevicePeakBytes() <= budget) {
+        offload_stages.push_back(stage);
+      } else {
+        plan.notes.push_back(Format("stage {} with the optimizer on the CPU pruned: the estimator puts its per-rank device "
+                                    "peak at {} over the budget {}", stage,
+                                    FormatBytes(static_cast<double>(off.DevicePeakBytes())),
+                                    FormatBytes(static_cast<double>(budget))));
+      }
+    }
     zero::StageEstimate e = zero::EstimateStage(in, stage);
     if (e.DevicePeakBytes() <= budget) {
       stages.push_back(stage);
@@ -153,7 +176,8 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
     }
   }
   if (psi <= 0) plan.notes.push_back("no model size (autotuning.model_info.num_params or --params): no stage pruned by memory");
-  if (stages.empty()) fail("autotuning", Format("no ZeRO stage fits the memory budget {} (see the estimate: zerorun-config estimate)", FormatBytes(static_cast<double>(budget))));
+  if (!device_job) plan.notes.push_back("offload is not searched: without --device cuda the optimizer state is in host memory either way");
+  if (stages.empty() && offload_stages.empty()) fail("autotuning", Format("no ZeRO stage fits the memory budget {} (see the estimate: zerorun-config estimate)", FormatBytes(static_cast<double>(budget))));
   plan.notes.push_back(Format("{} is measured over steps {}..{} (start_profile_step..end_profile_step) of each trial's {}",
                               metric == "throughput" ? "throughput" : "latency", start_step, end_step, end_step));
 
@@ -164,6 +188,33 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
   base.RemoveMember("train_batch_size");
   std::string stage_choices, mb_choices;
   for (int s : stages) stage_choices += (stage_choices.empty() ? "" : ", ") + std::to_string(s);
+  // One axis: the stage, or on a device job the user's zero_optimization section with each (stage,
+  // optimizer offload) that fits, so that no experiment asks for offload at stage 0.
+  std::string zero_axis = "\"zero_stage\": {\"path\": \"zero_optimization.stage\", \"choices\": [" + stage_choices + "]}, ";
+  if (device_job) {
+    std::string choices;
+    auto add = [&](int stage, bool offload) {
+      rapidjson::Document z;
+      z.SetObject();
+      if (base.HasMember("zero_optimization") && base["zero_optimization"].IsObject()) {
+        z.CopyFrom(base["zero_optimization"], z.GetAllocator());
+      }
+      auto set = [&](const char* key, rapidjson::Value v) {
+        if (z.HasMember(key)) z.RemoveMember(key);
+        z.AddMember(rapidjson::Value(key, z.GetAllocator()), v, z.GetAllocator());
+      };
+      set("stage", rapidjson::Value(stage));
+      rapidjson::Value off(rapidjson::kObjectType);  // the user's offload_optimizer keys, device set
+      if (z.HasMember("offload_optimizer") && z["offload_optimizer"].IsObject()) off.CopyFrom(z["offload_optimizer"], z.GetAllocator());
+      if (off.HasMember("device")) off.RemoveMember("device");
+      off.AddMember("device", rapidjson::StringRef(offload ? "cpu" : "none"), z.GetAllocator());
+      set("offload_optimizer", std::move(off));
+      choices += (choices.empty() ? "" : ", ") + ToJson(z);
+    };
+    for (int s : stages) add(s, false);
+    for (int s : offload_stages) add(s, true);
+    zero_axis = "\"zero\": {\"path\": \"zero_optimization\", \"choices\": [" + choices + "]}, ";
+  }
   for (int64_t m : MicroBatches(mb_min, mb_max, mb_n)) mb_choices += (mb_choices.empty() ? "" : ", ") + std::to_string(m);
   std::string args = Quote("--steps") + ", " + Quote(std::to_string(end_step)) + ", " + Quote("--profile_window") + ", " +
                      Quote(Format("{}:{}", start_step, end_step));
@@ -177,7 +228,7 @@ AutotunePlan PlanAutotuning(const std::string& config_text, const std::string& s
       ", \"trials\": " + std::to_string(num_trials) + ", \"parallel\": 1" + ", \"args\": [" + args + "], \"world_size\": " +
       std::to_string(opts.world_size) + ", \"stop_after_no_improvement\": " + std::to_string(early) +
       ", \"objective\": " + objective + ", \"params\": {" +
-      "\"zero_stage\": {\"path\": \"zero_optimization.stage\", \"choices\": [" + stage_choices + "]}, " +
+      zero_axis +
       "\"micro_batch\": {\"path\": \"train_micro_batch_size_per_gpu\", \"choices\": [" + mb_choices + "]}, " +
       "\"reduce_bucket_size\": {\"path\": \"zero_optimization.reduce_bucket_size\", \"choices\": [50000000, 500000000]}}}";
   plan.spec = ParseSweepSpec(spec, source + " (autotuning)");

@@ -1,5 +1,6 @@
 // DeepSpeed's autotuning section run as a sweep (experiments/autotune.h) with zr_fake_trainer, whose
 // tokens/s is 1000 + 10 micro_batch - 50 zero_stage and which runs out of memory above micro batch 8.
+#include <algorithm>
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
@@ -60,6 +61,38 @@ TEST_CASE("autotuning: the plan prunes the stages the estimator says do not fit;
         std::string::npos);
   CHECK(ErrorOf(R"({"start_profile_step": 9, "end_profile_step": 5})").find("autotuning.end_profile_step") != std::string::npos);
   CHECK(ErrorOf(R"({"model_info": {"num_params": 1e12}})").find("no ZeRO stage fits") != std::string::npos);
+}
+TEST_CASE("autotuning: on a device job each stage 1-3 is tried with the optimizer offloaded to the CPU where that fits") {
+  ze::AutotuneOptions o;
+  o.world_size = 4;
+  o.budget_bytes = 10LL << 30;
+  o.trainer_args = {"--device", "cuda"};
+  ze::AutotunePlan plan = ze::PlanAutotuning(kConfig, "ds.json", o);
+  REQUIRE(plan.spec.params.size() == 3);
+  CHECK(plan.spec.params[0].path == "zero_optimization");
+  // without offload stages 1-3 fit (stage 0 pruned, as above); with it 1-3 fit too; never stage 0 + offload
+  std::vector<std::string> want;
+  for (const char* c : {R"({"stage":1,"offload_optimizer":{"device":"none"}})", R"({"stage":2,"offload_optimizer":{"device":"none"}})",
+                        R"({"stage":3,"offload_optimizer":{"device":"none"}})", R"({"stage":1,"offload_optimizer":{"device":"cpu"}})",
+                        R"({"stage":2,"offload_optimizer":{"device":"cpu"}})", R"({"stage":3,"offload_optimizer":{"device":"cpu"}})"}) {
+    want.push_back(c);
+  }
+  CHECK(plan.spec.params[0].choices == want);
+  // A budget stage 3 meets only with offload (its 9.3 GiB peak above holds 2.8 GiB of optimizer state):
+  o.budget_bytes = 8LL << 30;
+  ze::AutotunePlan tight = ze::PlanAutotuning(kConfig, "ds.json", o);
+  const std::vector<std::string>& c = tight.spec.params[0].choices;
+  auto has = [&](const char* x) { return std::find(c.begin(), c.end(), std::string(x)) != c.end(); };
+  CHECK(has(R"({"stage":3,"offload_optimizer":{"device":"cpu"}})"));
+  CHECK_FALSE(has(R"({"stage":3,"offload_optimizer":{"device":"none"}})"));
+  for (const std::string& x : c) CHECK(x.find("\"stage\":0") == std::string::npos);
+  // A CPU job: no offload axis, and the plan says why.
+  o.trainer_args.clear();
+  ze::AutotunePlan cpu = ze::PlanAutotuning(kConfig, "ds.json", o);
+  CHECK(cpu.spec.params[0].path == "zero_optimization.stage");
+  bool said = false;
+  for (const std::string& n : cpu.notes) said = said || n.find("offload is not searched") != std::string::npos;
+  CHECK(said);
 }
 }  // TEST_SUITE
 
