@@ -2,8 +2,9 @@
 # A one-node Slurm cluster on this machine, used to check `zerorun --launcher slurm` end to end:
 # installs slurm-wlm + munge if missing (Debian, root), starts a private munged, slurmctld and slurmd
 # (own config, state dir and ports; no systemd needed), runs a 2-rank job through
-# `zerorun --launcher slurm` with the zr_env_probe rank program, checks every rank's variables, and
-# tears everything down (also on failure or Ctrl-C).
+# `zerorun --launcher slurm` with the zr_env_probe rank program, checks every rank's variables, runs a
+# 3-trial zerorun-sweep whose trials are each one Slurm job (zerorun --launcher slurm as the spec's
+# command, the fake trainer), and tears everything down (also on failure or Ctrl-C).
 #
 #   scripts/slurm-local.sh [BIN_DIR]     # BIN_DIR holds zerorun and zr_env_probe (default build/bin)
 # Exit 0: the job ran and the ranks saw RANK/WORLD_SIZE/LOCAL_RANK/... from SLURM_*; 3: cannot set up.
@@ -117,6 +118,27 @@ set +e
 code=$?
 set -e
 [ "$code" = 5 ] || { echo "slurm-local: failing rank gave exit code $code, expected 5"; fail=1; }
+# A sweep with one Slurm job per trial: the spec's command is the launcher with --launcher slurm, so
+# every trial is its own srun (a new job id each); the fake trainer writes SLURM_JOB_ID in its summary.
+if [ -x "$bin/zerorun-sweep" ] && [ -x "$bin/zr_fake_trainer" ]; then
+  cat > "$work/sweep.json" <<SPEC
+{"base_config": {"train_micro_batch_size_per_gpu": 1}, "strategy": "grid",
+ "command": ["$bin/zerorun", "--launcher", "slurm", "--num_procs", "1", "$bin/zr_fake_trainer"],
+ "args": ["--steps", "3"], "objective": {"metric": "final_loss"},
+ "params": {"x": {"flag": "--x", "choices": [0.1, 0.3, 0.5]}}}
+SPEC
+  if "$bin/zerorun-sweep" "$work/sweep.json" --out "$work/sweep" > "$work/sweep.log" 2>&1; then
+    jobs=$({ cat "$work"/sweep/trials/*/run0/summary.0.json 2>/dev/null || true; } | { grep -o '"slurm_job_id": "[0-9]*"' || true; } | sort -u | wc -l)
+    ok=$(grep -c '"status":"ok"' "$work/sweep/results.jsonl" || true)
+    if [ "$jobs" = 3 ] && [ "$ok" = 3 ]; then
+      echo "slurm-local: sweep of 3 trials ran as 3 Slurm jobs"
+    else
+      echo "slurm-local: sweep: $ok ok trial(s), $jobs distinct Slurm job id(s), expected 3 and 3"; tail -5 "$work/sweep.log"; fail=1
+    fi
+  else
+    echo "slurm-local: the sweep failed"; tail -5 "$work/sweep.log"; fail=1
+  fi
+fi
 end=$(date +%s.%N)
 
 awk -v a="$start" -v b="$ready" -v c="$done_at" -v d="$end" 'BEGIN {

@@ -23,8 +23,17 @@ int main(int argc, char** argv) {
   bool have_x = false, have_y = false;
   long steps = 30, seed = 0;
   std::string window;  // --profile_window A:B
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    std::string a = argv[i];
+    if (a.rfind("--local_rank=", 0) == 0) {  // the zerorun launcher's, as DeepSpeed's passes it
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zr_fake_trainer: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    std::string v = argv[i + 1];
     if (a == "--deepspeed_config") config = v;
     else if (a == "--summary") summary = v;
     else if (a == "--seed") seed = std::atol(v.c_str());
@@ -89,6 +98,8 @@ int main(int argc, char** argv) {
         << ", \"losses\": [" << losses << "], \"final_loss\": " << (std::isfinite(loss) ? std::to_string(loss) : "null")
         << ", \"loss_scale\": 1, \"tokens_per_second\": " << 1000 + 100 * x - 10 * micro + 50 * stage << ", \"seed\": " << seed
         << ", \"extra\": {\"x_times_y\": " << x * y << "}";
+    // the Slurm job this run was a step of (scripts/slurm-local.sh: one job per trial)
+    if (const char* job = std::getenv("SLURM_JOB_ID")) out << ", \"slurm_job_id\": \"" << job << "\"";
     // The whole run's throughput above ranks the experiments the other way round from the steady
     // state's (as warm-up costs can): an autotuner must read the profile window's.
     if (!window.empty()) {
