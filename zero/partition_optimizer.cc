@@ -215,6 +215,33 @@ std::vector<std::pair<int, int64_t>> PartitionOptimizer::NonFiniteTensors(size_t
   return out;
 }
 
+std::vector<GradStats> PartitionOptimizer::LocalGradStats() const {
+  std::vector<GradStats> out(groups_.size());
+  const size_t gsize = DTypeSize(opt_.grad_dtype);
+  constexpr int64_t kChunk = 1 << 20;  // elements staged on the host at a time (device gradients)
+  std::vector<char> host;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const TensorPiece& t : groups_[g].tensors) {
+      for (const PartitionSegment& seg : groups_[g].segments) {
+        const Range r = Intersect({t.offset, t.offset + t.count}, {seg.offset, seg.offset + seg.numel});
+        if (r.empty()) continue;
+        const char* base = static_cast<const char*>(seg.grads) + static_cast<size_t>(r.begin - seg.offset) * gsize;
+        if (opt_.device.is_cpu()) {
+          AccumulateGradStats(base, r.size(), opt_.grad_dtype, &out[g]);
+          continue;
+        }
+        for (int64_t at = 0; at < r.size(); at += kChunk) {
+          const int64_t n = std::min(kChunk, r.size() - at);
+          host.resize(static_cast<size_t>(n) * gsize);
+          CopyBytes(host.data(), Device::CPU(), base + static_cast<size_t>(at) * gsize, opt_.device, host.size());
+          AccumulateGradStats(host.data(), n, opt_.grad_dtype, &out[g]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 void PartitionOptimizer::Step(float grad_scale, const std::function<void(int group, int64_t end)>& progress) {
   if (!store_->offloaded()) {
     StepPasses(grad_scale, progress);

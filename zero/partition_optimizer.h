@@ -19,6 +19,7 @@
 
 #include "zerorun/comm/communicator.h"
 #include "zerorun/core/tensor.h"
+#include "zerorun/zero/grad_stats.h"
 #include "zerorun/zero/state_store.h"
 #include "zerorun/zero/update_rule.h"
 
@@ -77,6 +78,9 @@ class PartitionOptimizer {
   // The tensors (group, tensor id), in partition order, with a non-finite gradient on this rank; at
   // most `max` of them.
   std::vector<std::pair<int, int64_t>> NonFiniteTensors(size_t max) const;
+  // Each group's statistics of this rank's gradients (grad_stats.h) over its tensors' pieces (padding
+  // left out). Gradients on a device are copied to the host in chunks first.
+  std::vector<GradStats> LocalGradStats() const;
 
   // One optimizer step of every group's partition with gradients multiplied by grad_scale. After each
   // span, progress(group, end) says elements [0, end) of that group's partition are final (their

@@ -2,6 +2,9 @@
 // optimizer, overflow and global-norm agreement.
 #include "zerorun/zero/strategy.h"
 
+#include <algorithm>
+#include <map>
+
 #include "zerorun/core/error.h"
 #include "zerorun/zero/strategy_common.h"
 
@@ -84,6 +87,79 @@ std::vector<double> PartitionedStrategy::GroupSumSquares() {
     comm_.AllReduce(sums.data(), sums.size(), DType::kF64, comm::ReduceOp::kSum).Wait();
   }
   return sums;
+}
+
+std::vector<GradStats> PartitionedStrategy::GradStatistics() {
+  std::vector<GradStats> stats = optimizer_->LocalGradStats();
+  if (!partitioned_ || comm_.size() == 1) return stats;  // stage 0: every rank has every element
+  // One sum over the counts and sums of squares (exact in fp64 below 2^53), one max over max_abs.
+  constexpr size_t kSums = 6;
+  std::vector<double> sums(stats.size() * kSums), maxes(stats.size());
+  for (size_t g = 0; g < stats.size(); ++g) {
+    const GradStats& s = stats[g];
+    double* d = sums.data() + g * kSums;
+    d[0] = static_cast<double>(s.numel);
+    d[1] = static_cast<double>(s.zeros);
+    d[2] = static_cast<double>(s.nonfinite);
+    d[3] = static_cast<double>(s.fp16_underflow);
+    d[4] = static_cast<double>(s.fp16_overflow);
+    d[5] = s.sum_squares;
+    maxes[g] = s.max_abs;
+  }
+  comm::Work a = comm_.AllReduce(sums.data(), sums.size(), DType::kF64, comm::ReduceOp::kSum);
+  comm::Work b = comm_.AllReduce(maxes.data(), maxes.size(), DType::kF64, comm::ReduceOp::kMax);
+  a.Wait();
+  b.Wait();
+  for (size_t g = 0; g < stats.size(); ++g) {
+    GradStats& s = stats[g];
+    const double* d = sums.data() + g * kSums;
+    s.numel = static_cast<int64_t>(d[0]);
+    s.zeros = static_cast<int64_t>(d[1]);
+    s.nonfinite = static_cast<int64_t>(d[2]);
+    s.fp16_underflow = static_cast<int64_t>(d[3]);
+    s.fp16_overflow = static_cast<int64_t>(d[4]);
+    s.sum_squares = d[5];
+    s.max_abs = maxes[g];
+  }
+  return stats;
+}
+
+NonFiniteReport PartitionedStrategy::ReportNonFinite(const std::vector<int64_t>& priority) {
+  ZR_CHECK(priority.size() == params_.size(), "{} priorities for {} parameters", priority.size(), params_.size());
+  auto before = [&](int a, int b) {
+    const int64_t pa = priority[static_cast<size_t>(a)], pb = priority[static_cast<size_t>(b)];
+    return pa != pb ? pa < pb : a < b;
+  };
+  // This rank's parameters with a non-finite element in its part of their gradient, first by priority.
+  std::vector<int> mine;
+  for (auto [group, tensor] : optimizer_->NonFiniteTensors(params_.size())) {
+    mine.push_back(group_ids_[static_cast<size_t>(group)][static_cast<size_t>(tensor)]);
+  }
+  std::sort(mine.begin(), mine.end(), before);
+  // The record every rank sends: [count, first ids..., -1 padding].
+  constexpr size_t kRecord = 1 + kMaxNonFiniteReported;
+  std::vector<int64_t> record(kRecord, -1);
+  record[0] = static_cast<int64_t>(mine.size());
+  for (size_t i = 0; i < mine.size() && i < kMaxNonFiniteReported; ++i) record[1 + i] = mine[i];
+  const int world = comm_.size();
+  std::vector<int64_t> all(kRecord * static_cast<size_t>(world));
+  if (world > 1) {
+    comm_.AllGather(record.data(), all.data(), kRecord, DType::kI64).Wait();
+  } else {
+    all = record;
+  }
+  NonFiniteReport out;
+  std::map<int, std::vector<int>> ranks_of;
+  for (int r = 0; r < world; ++r) {
+    const int64_t* rec = all.data() + kRecord * static_cast<size_t>(r);
+    if (rec[0] > 0) out.ranks.push_back(r);
+    for (size_t i = 1; i < kRecord && rec[i] >= 0; ++i) ranks_of[static_cast<int>(rec[i])].push_back(r);
+    out.count_by_rank.push_back(rec[0]);
+  }
+  for (auto& [id, ranks] : ranks_of) out.params.push_back({id, std::move(ranks)});
+  std::sort(out.params.begin(), out.params.end(),
+            [&](const NonFiniteParam& a, const NonFiniteParam& b) { return before(a.id, b.id); });
+  return out;
 }
 
 }  // namespace zerorun::zero

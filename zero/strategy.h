@@ -6,6 +6,7 @@
 //     BeginForward(boundary) · PreForward/PostForward(module, params) ...         forward
 //     PreBackward/PostBackward(module, params) · GradsReady(params) ... EndBackward  backward
 //     FinishReductions · AnyNonFinite · GroupSumSquares · Step(grad_scale) · ZeroGrads  boundary step
+//     (GradStatistics, and ReportNonFinite after an overflow: the numerics monitor)
 //
 // Two implementations (MakeStrategy picks by stage):
 //  - flat (stages 0-2, flat_strategy.cc): each parameter group is one flat buffer cut into gradient
@@ -39,6 +40,7 @@
 #include "zerorun/comm/communicator.h"
 #include "zerorun/core/tensor.h"
 #include "zerorun/core/timer.h"
+#include "zerorun/zero/grad_stats.h"
 #include "zerorun/zero/param_coordinator.h"
 #include "zerorun/zero/state_store.h"
 #include "zerorun/zero/update_rule.h"
@@ -108,6 +110,20 @@ struct StateExtent {
   int64_t numel = 0;
 };
 
+// Which parameters have non-finite gradients on which ranks (Strategy::ReportNonFinite).
+struct NonFiniteParam {
+  int id = 0;              // parameter id
+  std::vector<int> ranks;  // the ranks whose reduced gradients hold non-finite elements of it, ascending
+};
+struct NonFiniteReport {
+  // The union of every rank's first kMaxNonFiniteReported parameters by priority, ordered by
+  // (priority, id): the first entry is the first over all ranks.
+  std::vector<NonFiniteParam> params;
+  std::vector<int> ranks;              // every rank holding a non-finite gradient element, ascending
+  std::vector<int64_t> count_by_rank;  // per rank: its parameters with non-finite elements (uncapped)
+};
+inline constexpr int kMaxNonFiniteReported = 16;  // per rank
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -137,6 +153,15 @@ class Strategy {
   virtual bool AnyNonFinite(std::vector<std::string>* names) = 0;
   // Each group's sum of squares of the (reduced, still scaled) gradients over all ranks. Collective.
   virtual std::vector<double> GroupSumSquares() = 0;
+  // Each group's statistics of the reduced, still scaled gradients over all ranks (grad_stats.h):
+  // every element counted once — partitions (stages 1-3) are summed and max-reduced across ranks,
+  // stage 0's identical full gradients are not. Collective.
+  virtual std::vector<GradStats> GradStatistics() = 0;
+  // Meant for after AnyNonFinite returned true (so a clean step pays nothing): which parameters have
+  // non-finite reduced gradients, on which ranks. `priority` (one entry per parameter id; lower
+  // first, e.g. the module's position in backward order) decides which kMaxNonFiniteReported
+  // parameters each rank sends (one all-gather of a fixed-size record per rank). Collective.
+  virtual NonFiniteReport ReportNonFinite(const std::vector<int64_t>& priority) = 0;
   // The optimizer step on this rank's partition with gradients × grad_scale (the caller advanced the
   // rule's step counts), then the post-step refresh of the parameters. Collective.
   virtual void Step(float grad_scale) = 0;

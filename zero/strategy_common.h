@@ -16,6 +16,8 @@ class PartitionedStrategy : public Strategy {
  public:
   bool AnyNonFinite(std::vector<std::string>* names) override;
   std::vector<double> GroupSumSquares() override;
+  std::vector<GradStats> GradStatistics() override;
+  NonFiniteReport ReportNonFinite(const std::vector<int64_t>& priority) override;
   StateStore& state_store() override { return optimizer_->store(); }
   std::vector<StateExtent> StateExtents() const override { return extents_; }
 
