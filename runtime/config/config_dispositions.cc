@@ -325,6 +325,13 @@ const std::vector<KeyDisposition> kTable = {
      "zerorun's own key (not DeepSpeed's): the optimizer's and the schedule's absolute lrs are multiplied by "
      "train_batch_size / reference_batch_size (linear) or its square root (sqrt) when the config is loaded"},
     {"lr_scaling.reference_batch_size", kFollows, "lr_scaling.rule"},
+    {"numerics.enabled", kActed,
+     "zerorun's own key (not DeepSpeed's): engine: per-group gradient statistics over all ranks, to the log, "
+     "tensorboard and csv_monitor (docs/monitoring.md)"},
+    {"numerics.interval", kActed, "engine: the statistics are computed every interval optimizer steps"},
+    {"numerics.check_activations", kActed,
+     "zerorun's own key: engine: every module's forward output is checked for NaN/Inf; a non-finite loss names "
+     "the first module whose output was not finite"},
     {"elasticity.enabled", kRefused, "elastic training is not supported (refused when loading)"},
     {"elasticity.max_train_batch_size", kFollows, "elasticity.enabled"},
     {"elasticity.micro_batch_sizes", kFollows, "elasticity.enabled"},

@@ -145,6 +145,14 @@ void VisitLrScaling(ConfigVisitor& v, LrScalingConfig& l) {
         l.reference_batch_size);
 }
 
+void VisitNumerics(ConfigVisitor& v, NumericsConfig& n) {
+  v.Bool({.key = "enabled", .doc = "per-group gradient statistics (max-abs, norm, zeros, fp16 range) every interval steps"},
+         n.enabled);
+  v.Int({.key = "interval", .doc = "optimizer steps between gradient statistics", .min = 1}, n.interval);
+  v.Bool({.key = "check_activations", .doc = "debug: check every module's forward output for NaN/Inf"},
+         n.check_activations);
+}
+
 }  // namespace
 
 void VisitOtherSections(ConfigVisitor& v, ConfigBody& c) {
@@ -164,6 +172,8 @@ void VisitOtherSections(ConfigVisitor& v, ConfigBody& c) {
   VisitSection(v, {.key = "elasticity", .doc = "elastic training"}, c.elasticity, VisitElasticity);
   VisitSection(v, {.key = "lr_scaling", .doc = "zerorun's own: lr scaled with the global batch"}, c.lr_scaling,
                VisitLrScaling);
+  VisitSection(v, {.key = "numerics", .doc = "zerorun's own: gradient statistics and the activation check"},
+               c.numerics, VisitNumerics);
 
   // DeepSpeed features zerorun does not implement. Sections with an on/off switch are read as far as
   // the switch (the rest of the section follows it); the others are accepted whole. What zerorun does

@@ -340,6 +340,16 @@ struct LrScalingConfig {
   int64_t reference_batch_size = 256;         // B0: the global batch the lrs in the file were tuned for
   double factor = 1.0;                        // resolved when loading: the multiplier applied
 };
+// zerorun's own section (not DeepSpeed's): numerics monitoring (docs/monitoring.md "Numerics
+// statistics"). Statistics are per parameter group over all ranks' gradients; the activation check is
+// a debug mode that reads every module's forward output once more.
+struct NumericsConfig {
+  bool enabled = false;            // gradient statistics every `interval` steps (log, tensorboard, csv_monitor);
+                                   // fp32 and unchecked bf16 runs also name non-finite gradients (not skipped)
+  int64_t interval = 1;            // optimizer steps between statistics (steps interval, 2·interval, ...)
+  bool check_activations = false;  // every module's forward output checked for NaN/Inf; a non-finite loss
+                                   // names the first module (in forward order) whose output was not finite
+};
 // DeepSpeed features zerorun does not implement whose sections have an on/off switch: only the switch
 // is read (the rest of each section is accepted as written and means nothing while the switch is off,
 // in DeepSpeed too). What zerorun does when a switch is on is declared in config_dispositions.cc.
@@ -389,6 +399,7 @@ struct ConfigBody {
   CommsLoggerConfig comms_logger;
   ElasticityConfig elasticity;
   LrScalingConfig lr_scaling;
+  NumericsConfig numerics;
   FeatureSwitches switches;
 
   // Gradient / communication scalars (§1.7).
