@@ -71,6 +71,7 @@ Tensor CheckpointSegment::Forward(int pos, const Tensor& x) {
   {
     Module::ForwardScope scope(m);
     y = m.OnForward(x);
+    if (m.observer() != nullptr) m.observer()->ForwardOutput(m, y);
   }
   for (Module* d : m.Modules()) d->OnReleaseActivations();  // all of it is recomputed
   if (pos + 1 == static_cast<int>(modules_.size()) && hooks_) {

@@ -107,7 +107,9 @@ void Module::ResetPass() {
 Tensor Module::Forward(const Tensor& x) {
   if (!checkpoint_ || !training_ || t_recomputing) {
     ForwardScope scope(*this);
-    return OnForward(x);
+    Tensor y = OnForward(x);
+    if (observer_ != nullptr && !t_recomputing) observer_->ForwardOutput(*this, y);
+    return y;
   }
   std::shared_ptr<CheckpointSegment> segment = checkpoint_;
   return segment->Forward(checkpoint_pos_, x);

@@ -6,13 +6,17 @@
 
 #include <vector>
 
+namespace zerorun {
+class Tensor;
+}
+
 namespace zerorun::nn {
 
 class Module;
 class Parameter;
 
 // Call order for one module M (each call runs on the thread that runs the model):
-//   forward:  PreForward(M) -> M's own forward (children nest inside) -> PostForward(M)
+//   forward:  PreForward(M) -> M's own forward (children nest inside) -> ForwardOutput(M, y) -> PostForward(M)
 //   backward: PreBackward(M) -> M's own backward (children nest inside)
 //             -> GradsReady(M, params) if any of M's direct parameters became final -> PostBackward(M)
 // Parameters M owns directly (M.DirectParameters()) are readable from PreForward/PreBackward until
@@ -25,6 +29,9 @@ class ModuleObserver {
   virtual ~ModuleObserver() = default;
   virtual void PreForward(Module& /*m*/, bool /*recompute*/) {}
   virtual void PostForward(Module& /*m*/, bool /*recompute*/) {}
+  // The output of m's unary forward (Module::Forward; not for activation checkpointing's replays), in
+  // order of completion: a child's before its parent's. For checks that read activations.
+  virtual void ForwardOutput(Module& /*m*/, const Tensor& /*y*/) {}
   virtual void PreBackward(Module& /*m*/) {}
   virtual void PostBackward(Module& /*m*/) {}
   // The gradients of `params` (a subset of m.DirectParameters() with requires_grad) are final for this
