@@ -4,6 +4,7 @@
 #include "zerorun/runtime/engine.h"
 
 #include <algorithm>
+#include <climits>
 #include <unordered_map>
 
 #include "zerorun/core/error.h"
@@ -92,8 +93,22 @@ class Engine::Observer final : public nn::ModuleObserver {
     if (Ids(m)) e_.impl_->strategy->PreBackward(module_, ids_);
   }
   void PostBackward(nn::Module& m) override {
-    if (Ids(m)) e_.impl_->strategy->PostBackward(module_, ids_);
+    if (Ids(m)) {
+      e_.impl_->strategy->PostBackward(module_, ids_);
+      NoteBackwardOrder(m);
+    }
     EndSpan(m, "backward");
+  }
+  void ForwardOutput(nn::Module& m, const Tensor& y) override {
+    Impl& im = *e_.impl_;
+    if (!e_.config_.numerics.check_activations || im.first_bad_output != nullptr || !y.defined() ||
+        !IsFloating(y.dtype())) {
+      return;
+    }
+    if (!kernels::AllFinite(y.data(), y.numel(), y.dtype())) {
+      im.first_bad_output = &m;
+      im.first_bad_output_name = m.Describe();
+    }
   }
   void GradsReady(nn::Module&, const std::vector<nn::Parameter*>& params) override {
     Impl& im = *e_.impl_;
@@ -118,6 +133,18 @@ class Engine::Observer final : public nn::ModuleObserver {
     if (ids_.empty()) return false;
     module_ = im.module_id.try_emplace(&m, static_cast<int>(im.module_id.size())).first->second;
     return true;
+  }
+
+  // Backward order (for naming non-finite gradients): the first module of this backward to end with
+  // each of its direct parameters (ids_).
+  void NoteBackwardOrder(nn::Module& m) {
+    Impl& im = *e_.impl_;
+    const int64_t pos = im.backward_count++;
+    for (int id : ids_) {
+      if (im.backward_pos[static_cast<size_t>(id)] <= pos) continue;
+      im.backward_pos[static_cast<size_t>(id)] = pos;
+      im.backward_module[static_cast<size_t>(id)] = &m;
+    }
   }
 
   // The timeline's span of m's window (core/trace.h), opened in Pre*.
@@ -266,6 +293,8 @@ void Engine::BuildStrategy(const std::vector<nn::Parameter*>& model_params) {
     specs.push_back({p->name(), p->numel(), -1, -1});
   }
   for (size_t id = 0; id < by_id.size(); ++id) impl_->param_id[by_id[id]] = static_cast<int>(id);
+  impl_->backward_pos.assign(by_id.size(), INT64_MAX);
+  impl_->backward_module.assign(by_id.size(), nullptr);
   impl_->host = std::make_unique<EngineParamHost>(by_id, options_.init_seed);
   impl_->strategy = zero::MakeStrategy(StrategyOptionsFromConfig(config_, comm_->device(), comm_->rank()),
                                        std::move(specs), *impl_->host, *impl_->optimizer, *comm_, timers_);
@@ -314,8 +343,11 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
   impl_->strategy->BeginForward(IsGradientAccumulationBoundary());
   if (inputs.ndim() >= 1 && inputs.size(0) > 0) impl_->tokens_per_sample = inputs.numel() / inputs.size(0);
   Stopwatch watch;
+  impl_->first_bad_output = nullptr;
+  impl_->first_bad_output_name.clear();
   last_loss_ = model_.ForwardLoss(OnDevice(AutoCastInput(config_, inputs), impl_->device), OnDevice(targets, impl_->device));
   impl_->strategy->EndForward();
+  CheckLoss();
   if (impl_->profiler) impl_->profiler->profile().fwd_ms += watch.ElapsedMs();
   forward_pending_ = true;
   NoteMemory("forward");
@@ -332,6 +364,8 @@ void Engine::Backward() {
   forward_pending_ = false;
   const double gas = static_cast<double>(std::max<int64_t>(1, config_.gradient_accumulation_steps()));
   Stopwatch watch;
+  std::fill(impl_->backward_pos.begin(), impl_->backward_pos.end(), INT64_MAX);
+  impl_->backward_count = 0;
   try {
     model_.BackwardLoss(static_cast<float>(impl_->scaler.scale() / gas));
     impl_->strategy->EndBackward();

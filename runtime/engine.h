@@ -82,14 +82,40 @@ struct EngineOptions {
   double peak_flops = 0;
 };
 
+// One parameter group's gradient statistics over all ranks (the `numerics` section; docs/monitoring.md):
+// every element of the group's reduced gradients counted once, whichever rank holds it.
+struct GroupNumerics {
+  int64_t numel = 0;
+  double grad_max_abs = 0;     // largest |g| over the finite elements, unscaled (÷ loss scale)
+  double grad_norm = 0;        // L2 norm over the finite elements, unscaled
+  double zero_fraction = 0;    // elements exactly 0
+  double nonfinite_fraction = 0;
+  // fp16 only: elements whose scaled value g·loss_scale is nonzero and below 2^-24 (fp16's smallest
+  // subnormal) / above 65504 or not finite. Measured on the values as accumulated (grad_accum_dtype):
+  // fp16 gradients have already flushed the first kind to zero.
+  double fp16_underflow_fraction = 0;
+  double fp16_overflow_fraction = 0;
+};
+
 // The result of one Step() call.
 struct StepResult {
   bool boundary = false;      // the call ended an accumulation window
-  bool applied = false;       // parameters were updated (boundary without overflow)
-  bool overflow = false;      // non-finite gradients (the step was skipped)
+  bool applied = false;       // parameters were updated (boundary without a skipped overflow)
+  bool overflow = false;      // non-finite gradients: skipped with fp16, and bf16 with check_grad_overflow;
+                              // fp32 (and unchecked bf16) detect them only with numerics.enabled
   double grad_norm = -1;      // unscaled global L2 norm of the applied step (-1 if not computed)
   double loss_scale = 1;      // the scale used for this step's gradients
-  std::vector<std::string> nonfinite_params;  // on overflow: the first parameters with bad gradients
+  // On overflow, agreed across ranks (every rank's partition is examined): the parameters with
+  // non-finite gradients, the first in backward order first (at most 16 per rank), the ranks holding
+  // such elements, and the first module in backward order that owns one of them — the module whose
+  // backward ran earliest in the window's last backward among those whose parameters' reduced
+  // gradients are not finite (docs/monitoring.md).
+  std::vector<std::string> nonfinite_params;
+  std::vector<int> nonfinite_ranks;
+  std::string nonfinite_module;  // its path ("" for the root module)
+  std::vector<int> nonfinite_module_ranks;  // the ranks holding its non-finite gradient elements
+  // On a numerics step (numerics.enabled, every numerics.interval steps): per parameter group.
+  std::vector<GroupNumerics> numerics;
 };
 
 class Engine {
@@ -197,6 +223,10 @@ class Engine {
   // Writes the timeline to EngineOptions::trace_file (this rank's path, returned; "" when no trace is
   // kept). Throws IoError naming the path. May be called more than once (the file is replaced).
   std::string WriteTrace();
+  // numerics.check_activations: the module (path, type) whose forward output in the last Forward was
+  // the first not to be finite, in order of completion (a child before its parent); "" when none was
+  // (or the check is off).
+  const std::string& first_nonfinite_output() const;
   // The checkpointing policy in force (nullptr: no activation checkpointing).
   const ActivationCheckpointer* activation_checkpointer() const { return checkpointer_.get(); }
 
@@ -220,6 +250,10 @@ class Engine {
   void MaybeStartFlopsProfile();  // at a window's first Forward
   void FinishFlopsProfile();      // after the boundary step
   StepResult BoundaryStep();
+  // engine_numerics.cc: the `numerics` section and the naming of non-finite gradients.
+  void ReportNonFiniteGradients(StepResult* r);  // collective, after an agreed overflow
+  void ComputeGradNumerics(StepResult* r);       // collective, on numerics steps
+  void CheckLoss();                              // after a Forward: a non-finite loss is named
   void CheckUnusedParameters();  // after a backward that left trainable parameters without gradients
 
   nn::LossModule& model_;

@@ -78,12 +78,24 @@ struct Engine::Impl {
   double last_print_time = 0;              // progress-line throughput
   int64_t last_print_samples = 0;
   int64_t tokens_per_sample = 0;           // numel / rows of the last inputs (B, T) → T
+  // Backward order of the last backward (engine_numerics.cc): per parameter id, the position of the
+  // first module with it as a direct parameter whose backward ended, and that module.
+  std::vector<int64_t> backward_pos;
+  std::vector<const nn::Module*> backward_module;
+  int64_t backward_count = 0;
+  // numerics.check_activations: the first module whose output in this Forward was not finite.
+  const nn::Module* first_bad_output = nullptr;
+  std::string first_bad_output_name;
 
   // Calls fn(p, value) for each of `params` in order with its full value for `purpose` (at stage 3 a
   // gather, a collective every rank must join, released after fn returns).
   void VisitFullParameters(zero::ParamCoordinator::Purpose purpose, const std::vector<nn::Parameter*>& params,
                            const std::function<void(nn::Parameter*, const Tensor&)>& fn);
 };
+
+// " in N parameter(s) on rank(s) ...; first in backward order: ..." for an overflow's warning ("" when
+// the result names nothing).
+std::string NonFiniteText(const StepResult& r);
 
 // `t` on `device`: itself when it is there already, else a copy (charged to activations).
 Tensor OnDevice(const Tensor& t, Device device);

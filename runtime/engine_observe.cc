@@ -4,7 +4,9 @@
 //   backward_allreduce,step} (wall_clock_breakdown) — DeepSpeed's tags;
 //   Train/Samples/grad_norm (applied steps), tokens_per_second (since the previous boundary),
 //   memory_MiB/<category> (this rank's account, current at the step's end), peak_memory_MiB,
-//   comm_bytes/<op> (bytes this rank sent in the step, per collective kind) — zerorun's.
+//   comm_bytes/<op> (bytes this rank sent in the step, per collective kind) — zerorun's;
+//   Numerics/group<g>/{grad_max_abs,grad_norm,grad_zero_fraction,grad_nonfinite_fraction,
+//   fp16_underflow_fraction,fp16_overflow_fraction} on numerics steps (engine_numerics.cc).
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -179,6 +181,18 @@ void Engine::WriteMonitorEvents(const StepResult& r) {
     if (stats.by_op[op].calls == 0) continue;
     events.push_back({Format("Train/Samples/comm_bytes/{}", comm::OpTypeName(static_cast<comm::OpType>(op))),
                       static_cast<double>(delta.by_op[op].bytes_sent), x});
+  }
+  for (size_t g = 0; g < r.numerics.size(); ++g) {
+    const GroupNumerics& n = r.numerics[g];
+    const std::string p = Format("Numerics/group{}/", g);
+    events.push_back({p + "grad_max_abs", n.grad_max_abs, x});
+    events.push_back({p + "grad_norm", n.grad_norm, x});
+    events.push_back({p + "grad_zero_fraction", n.zero_fraction, x});
+    events.push_back({p + "grad_nonfinite_fraction", n.nonfinite_fraction, x});
+    if (config_.fp16.enabled) {
+      events.push_back({p + "fp16_underflow_fraction", n.fp16_underflow_fraction, x});
+      events.push_back({p + "fp16_overflow_fraction", n.fp16_overflow_fraction, x});
+    }
   }
   for (auto& m : impl_->monitors) {
     m->Write(events);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
 #include "zerorun/core/timer.h"
 #include "zerorun/runtime/clip.h"
@@ -21,20 +22,31 @@ StepResult Engine::BoundaryStep() {
   zero::Strategy& strategy = *impl_->strategy;
   strategy.FinishReductions();
   const bool fp16 = config_.fp16.enabled;
-  const bool check = fp16 || (config_.bf16.enabled && config_.bf16.check_grad_overflow);
+  // fp16 and checked bf16 skip a step with non-finite gradients; numerics.enabled makes fp32 and
+  // unchecked bf16 look too (and name them), without skipping.
+  const bool skips = fp16 || (config_.bf16.enabled && config_.bf16.check_grad_overflow);
+  const bool check = skips || config_.numerics.enabled;
   r.loss_scale = impl_->scaler.scale();
-  r.overflow = check && strategy.AnyNonFinite(&r.nonfinite_params);
-  bool skip = r.overflow;
-  if (fp16) skip = impl_->scaler.Update(r.overflow);  // throws LossScaleError at the minimum scale
+  r.overflow = check && strategy.AnyNonFinite(nullptr);
+  if (r.overflow) ReportNonFiniteGradients(&r);  // a collective only when some rank had a bad gradient
+  ComputeGradNumerics(&r);
+  bool skip = skips && r.overflow;
+  if (fp16) {
+    try {
+      skip = impl_->scaler.Update(r.overflow);  // throws LossScaleError at the minimum scale
+    } catch (const Error&) {
+      if (rank() == 0) ZR_WARN("step {}: gradients not finite{}", global_steps_ + 1, NonFiniteText(r));
+      throw;
+    }
+  }
+  if (r.overflow && rank() == 0) {
+    ZR_WARN("step {}: gradients not finite{}; {}", global_steps_ + 1, NonFiniteText(r),
+            !skip ? std::string("applying the update anyway (fp32, or bf16 without check_grad_overflow)")
+            : fp16 ? Format("skipping the update, loss scale {} -> {}", r.loss_scale, impl_->scaler.scale())
+                   : std::string("skipping the update"));
+  }
   if (skip) {
     ++skipped_steps_;
-    if (rank() == 0) {
-      std::string names;
-      for (const auto& n : r.nonfinite_params) names += (names.empty() ? "" : ", ") + n;
-      ZR_WARN("step {}: gradients not finite{}{}; skipping the update{}", global_steps_ + 1,
-              names.empty() ? "" : " (first: ", names.empty() ? "" : names + ")",
-              fp16 ? Format(", loss scale {} -> {}", r.loss_scale, impl_->scaler.scale()) : std::string());
-    }
   } else {
     const std::vector<double> sums = strategy.GroupSumSquares();
     UnscaleClip uc = ComputeUnscaleClip(GlobalNormFromSumSquares(sums), r.loss_scale, config_.gradient_clipping);
