@@ -251,4 +251,54 @@ TEST_CASE("tensorboard from the engine: DeepSpeed's tags and zerorun's, per boun
   fs::remove_all(base);
 }
 
+TEST_CASE("tensorboard from the engine: the numerics tags every numerics.interval steps, equal to the CSV") {
+  fs::path base = fs::temp_directory_path() / ("zr_tb_numerics_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  zrtest::RunSpec s;
+  s.world = 2;
+  s.stage = 2;
+  s.micro = 4;
+  s.steps = 4;
+  s.dtype = DType::kF16;
+  s.extra_json = Format(R"(, "steps_per_print": 1000, "numerics": {{"enabled": true, "interval": 2}},
+      "tensorboard": {{"enabled": true, "output_path": "{}", "job_name": "tb"}},
+      "csv_monitor": {{"enabled": true, "output_path": "{}", "job_name": "csv"}})", base.string(), base.string());
+  zrtest::Train(s);
+  std::vector<DecodedEvent> ev = DecodeFile(OnlyEventFile(base / "tb"), base / "scratch.bin");
+  REQUIRE(ev.size() == 5);
+  const char* kTags[] = {"grad_max_abs", "grad_norm", "grad_zero_fraction", "grad_nonfinite_fraction",
+                         "fp16_underflow_fraction", "fp16_overflow_fraction"};
+  for (int step = 1; step <= 4; ++step) {
+    CAPTURE(step);
+    std::map<std::string, double> v;
+    for (const Scalar& sc : ev[static_cast<size_t>(step)].values) v[sc.tag] = sc.value;
+    for (int g = 0; g < 2; ++g) {  // TinyGpt's two groups
+      for (const char* t : kTags) {
+        const std::string tag = Format("Numerics/group{}/{}", g, t);
+        CHECK_MESSAGE(v.count(tag) == (step % 2 == 0 ? 1u : 0u), tag);  // steps 2 and 4 only
+      }
+    }
+    if (step % 2 != 0) continue;
+    CHECK(v["Numerics/group0/grad_max_abs"] > 0);
+    CHECK(v["Numerics/group0/grad_norm"] >= v["Numerics/group0/grad_max_abs"]);
+    CHECK(v["Numerics/group0/grad_zero_fraction"] >= 0);
+    CHECK(v["Numerics/group0/grad_zero_fraction"] <= 1);
+    CHECK(v["Numerics/group0/grad_nonfinite_fraction"] == 0);
+    // The CSV monitor has the same number.
+    std::ifstream in(base / "csv" / "Numerics_group0_grad_norm.csv");
+    REQUIRE(in.good());
+    std::string line;
+    std::getline(in, line);  // header
+    bool found = false;
+    while (std::getline(in, line)) {
+      const size_t comma = line.find(',');
+      if (std::stoll(line.substr(0, comma)) != step * s.micro * s.world) continue;
+      found = true;
+      CHECK(std::stod(line.substr(comma + 1)) == doctest::Approx(v["Numerics/group0/grad_norm"]).epsilon(1e-6));
+    }
+    CHECK(found);
+  }
+  fs::remove_all(base);
+}
+
 }  // TEST_SUITE
