@@ -15,13 +15,14 @@
 # MFU: FLOPs per token from the closed form (bench_train: 6 N + 12 L d T, PaLM's) times tokens/s,
 # over this machine's measured peak (zr_bench_kernels --only peak: fp32 FMA, bf16 dot-product).
 # Installs Debian's python3-torch and libopenblas0-openmp when missing.
-#   bench/train/run.sh [build-dir] [threads: "1 2"] [reps]   (needs: ninja -C build bench_train zr_bench_kernels)
+#   [DTYPES="fp32 bf16"] bench/train/run.sh [build-dir] [threads: "1 2"] [reps]   (needs: ninja -C build bench_train zr_bench_kernels)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 cores=$(nproc --all)
 thread_list=${2:-"1 $cores"}
 reps=${3:-3}
+dtypes=${DTYPES:-fp32 bf16}  # DTYPES=fp32: skip bf16 (Debian's torch 1.13 runs bf16 autocast ~50x slower on AVX2-only CPUs)
 bench=$build/bin/bench_train
 kbench=$build/bin/zr_bench_kernels
 for b in "$bench" "$kbench"; do
@@ -66,7 +67,7 @@ done
 for ((r = 1; r <= reps; r++)); do
   for threads in $thread_list; do
     export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads ZERORUN_NUM_THREADS=$threads
-    for dt in fp32 bf16; do
+    for dt in $dtypes; do
       out=$("$bench" --dtype "$dt" --threads "$threads" --iters 5 --warmup 2 "${dims[@]}" 2>/dev/null)
       [[ $r == 1 ]] && echo "  $(grep '^cpu:\|^model FLOPs' <<<"$out" | tr '\n' ' ')" >&2
       echo "  rep $r: $(grep '^zerorun' <<<"$out")" >&2
@@ -90,7 +91,7 @@ echo "FLOPs/token $fpt (closed form); MFU against the measured peak (fp32 FMA fo
 printf "%-4s %-6s %12s %12s %12s %7s | %8s %8s %8s | %10s %10s %7s\n" thr dtype zerorun_tok/s torch_tok/s \
   torch_passive ratio zr_MFU pt_MFU peak_GF/s zr_cpu_tok pt_cpu_tok cpu_rat
 for threads in $thread_list; do
-  for dt in fp32 bf16; do
+  for dt in $dtypes; do
     z=$(median <<<"${res[zr_${dt}_$threads]}")
     p=$(median <<<"${res[pt_default_${dt}_$threads]}")
     q=$(median <<<"${res[pt_passive_${dt}_$threads]}")
