@@ -83,8 +83,10 @@ std::string GemmDescription() {
   const int threads = ThreadPool::Default().num_threads();
   const char* unit = threads == 1 ? "thread" : "threads";
   if (ActiveGemmBackend() == GemmBackend::kOnednn) {
-    return Format("onednn {} ({}), {} {}", cpu::OnednnIsa(),
-                  cpu::OnednnNative16(DType::kBF16) ? "bf16 native" : "bf16 computed in fp32", threads, unit);
+    return Format("onednn {} ({}{}), {} {}", cpu::OnednnIsa(),
+                  cpu::OnednnNative16(DType::kBF16) ? "bf16 native" : "bf16 computed in fp32",
+                  cpu::OnednnAvx512() ? "" : Format("; fp32 with A transposed on openblas {}", openblas_get_corename()),
+                  threads, unit);
   }
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   return Format("openblas {}{}, {} {}", openblas_get_corename(),
@@ -92,7 +94,8 @@ std::string GemmDescription() {
 }
 
 std::string GemmWarning() {
-  if (ActiveGemmBackend() != GemmBackend::kOpenblas) return "";
+  // OpenBLAS runs every GEMM, or (oneDNN below AVX-512) the fp32 ones with A transposed
+  if (ActiveGemmBackend() != GemmBackend::kOpenblas && (!cpu::OnednnBuilt() || cpu::OnednnAvx512())) return "";
   const std::string core = openblas_get_corename();
   const char* best = BestOpenblasCore();
   if (best == nullptr || CoreRank(core) >= CoreRank(best)) return "";

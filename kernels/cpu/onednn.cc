@@ -83,6 +83,7 @@ int64_t FloatBits(float f) {
 Entry Create(const GemmParams& p, bool has_bias) {
   using dims = dnnl::memory::dims;
   Entry e;
+  if (OnednnDefersTransposedA(p)) return e;  // OpenBLAS's sgemm takes it (the caller's widened path)
   const dnnl::engine& eng = Engine();
   dnnl::memory::desc a_md(dims{p.m, p.k}, DnnlType(p.a_type), p.trans_a == Trans::kN ? dims{p.lda, 1} : dims{1, p.lda});
   dnnl::memory::desc b_md(dims{p.k, p.n}, DnnlType(p.b_type), p.trans_b == Trans::kN ? dims{p.ldb, 1} : dims{1, p.ldb});
@@ -143,6 +144,19 @@ bool OnednnNative16(DType t) {
   return false;
 }
 
+bool OnednnAvx512() {
+  ApplyIsaCap();
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  return (isa & static_cast<unsigned>(dnnl_cpu_isa_avx512_core)) == static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+}
+
+// Measured (bench/kernels, zr_bench_kernels --only gemm, AMD EPYC AVX2, 1 thread): oneDNN 2.6's AVX2
+// matmul multiplies fp32 with A transposed -- the weight gradients dW = dy^T x -- at 0.45 (fc 256->1024),
+// 0.51 (1024->256) and 0.81 (qkv) of OpenBLAS's sgemm, every other GPT shape within 0.93-1.00 of it.
+bool OnednnDefersTransposedA(const GemmParams& p) {
+  return p.trans_a == Trans::kT && p.a_type == DType::kF32 && p.b_type == DType::kF32 && !OnednnAvx512();
+}
+
 bool OnednnGemm(const GemmParams& p, const float* bias32) {
   if (p.m <= 0 || p.n <= 0) return true;  // nothing to write (oneDNN's kernels divide by these)
   if (p.k <= 0) return false;             // C = beta C + bias: the caller's widened path does it
@@ -189,6 +203,8 @@ bool OnednnBuilt() { return false; }
 std::string OnednnIsa() { return ""; }
 bool OnednnNative16(DType) { return false; }
 bool OnednnGemm(const GemmParams&, const float*) { return false; }
+bool OnednnAvx512() { return false; }
+bool OnednnDefersTransposedA(const GemmParams&) { return false; }
 
 }  // namespace zerorun::kernels::cpu
 

@@ -31,5 +31,10 @@ bool OnednnNative16(DType t);
 // b_type must be equal. Returns false, having written nothing, when oneDNN has no implementation for
 // these dtypes here (the caller then widens to fp32).
 bool OnednnGemm(const GemmParams& p, const float* bias32);
+// Whether oneDNN's ISA here is AVX-512 or above (false when not built with it).
+bool OnednnAvx512();
+// Products OnednnGemm turns down although it could run them, because OpenBLAS's sgemm runs them much
+// faster here: fp32 with A transposed (weight gradients) below AVX-512 (measured: onednn.cc).
+bool OnednnDefersTransposedA(const GemmParams& p);
 
 }  // namespace zerorun::kernels::cpu

@@ -203,7 +203,21 @@ TEST_CASE("the GEMM backend describes itself") {
   if (ActiveGemmBackend() == GemmBackend::kOnednn) {
     CHECK(d.find(cpu::OnednnIsa()) != std::string::npos);
     CHECK(!cpu::OnednnIsa().empty());
-    CHECK(GemmWarning().empty());  // oneDNN detects its own ISA
+    GemmParams tn;
+    tn.trans_a = Trans::kT;
+    GemmParams nn;
+    GemmParams tn16 = tn;
+    tn16.a_type = tn16.b_type = DType::kBF16;
+    CHECK_FALSE(cpu::OnednnDefersTransposedA(nn));
+    CHECK_FALSE(cpu::OnednnDefersTransposedA(tn16));
+    if (cpu::OnednnAvx512()) {
+      CHECK(GemmWarning().empty());  // oneDNN detects its own ISA and runs every product
+      CHECK_FALSE(cpu::OnednnDefersTransposedA(tn));
+      CHECK(d.find("openblas") == std::string::npos);
+    } else {  // below AVX-512 the fp32 products with A transposed run on OpenBLAS, and it says so
+      CHECK(cpu::OnednnDefersTransposedA(tn));
+      CHECK(d.find("; fp32 with A transposed on openblas ") != std::string::npos);
+    }
     const char* cap = std::getenv("ZERORUN_ISA");
     if (cap != nullptr && std::string(cap) == "avx2") CHECK(cpu::OnednnIsa().rfind("avx2", 0) == 0);
     if (cap != nullptr) CHECK(!cpu::OnednnNative16(DType::kBF16));
