@@ -412,11 +412,14 @@ int Run(const Args& args) {
     zr::runtime::LoadCheckpointOptions lo;
     lo.tag = args.load_tag;
     lo.sampler = &sampler;
+    zr::Stopwatch load_watch;
     zr::runtime::LoadCheckpointResult r = engine.LoadCheckpoint(args.load_dir, lo);
+    const double load_s = load_watch.ElapsedSeconds();
     if (r.loaded) {
       first_step = engine.global_steps();
       if (rank == 0) {
-        std::printf("resumed from %s at step %lld\n", r.dir.c_str(), static_cast<long long>(first_step));
+        std::printf("resumed from %s at step %lld (loaded in %.3f s)\n", r.dir.c_str(), static_cast<long long>(first_step),
+                    load_s);
         std::fflush(stdout);
       }
     }
@@ -425,9 +428,12 @@ int Run(const Args& args) {
   auto save = [&](int64_t step) {
     zr::runtime::SaveCheckpointOptions so;
     so.sampler = &sampler;
+    zr::Stopwatch save_watch;
     zr::runtime::SaveCheckpointResult r = engine.SaveCheckpoint(args.save_dir, so);
-    if (rank == 0) {
-      std::printf("saved checkpoint %s (step %lld)\n", r.dir.c_str(), static_cast<long long>(step));
+    const double save_s = save_watch.ElapsedSeconds();
+    if (rank == 0) {  // this rank's bytes; the save is a collective, so its time is every rank's
+      std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s\n", r.dir.c_str(),
+                  static_cast<long long>(step), static_cast<unsigned long long>(r.bytes_written), save_s);
       std::fflush(stdout);
     }
   };

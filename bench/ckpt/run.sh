@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Training-checkpoint save and load throughput of zerorun-train (Engine::SaveCheckpoint/LoadCheckpoint,
+# one rank) beside fio on the same directory, interleaved, as ratios. The model: a GPT of
+# 6 layers x d 768 (42.9M parameters, fp32 + AdamW: ~515 MB of weights, exp_avg, exp_avg_sq). fio
+# writes the checkpoint's byte count as one file sequentially in 1 MiB buffered writes with an fsync at
+# the end (what the safetensors writer does: buffered writes, fsync, rename) and reads it back the same
+# way; the page cache is dropped before every load and every fio read (root), so both read the disk.
+#   bench/ckpt/run.sh [build-dir] [dir on the disk to measure (default /var/tmp)] [rounds (default 3)]
+# Installs fio when missing (Debian, root or sudo).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:-$here/../../build}" && pwd)
+base=${2:-/var/tmp}
+rounds=${3:-3}
+train=$build/bin/zerorun-train
+[[ -x $train ]] || { echo "run.sh: $train not found; build zerorun-train first" >&2; exit 1; }
+if ! command -v fio >/dev/null; then
+  echo "installing fio"
+  sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends fio >/dev/null
+fi
+drop=0
+[[ $(id -u) == 0 ]] && drop=1
+dropcache() { if ((drop)); then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
+work=$(mktemp -d "$base/zr-ckpt-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cat > "$work/ds.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+ "zero_optimization": {"stage": 0}}
+JSON
+model=(--n_layer 6 --d_model 768 --n_head 12 --seq_len 32 --vocab_size 256 --log_every 1)
+echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; disk: $(df -hT "$base" | awk 'NR==2 {print $2, $1}') at $base"
+echo "# fio $(fio --version); page cache dropped before reads: $([[ $drop == 1 ]] && echo yes || echo 'no (not root): reads may come from the cache')"
+results=$work/results.txt
+: > "$results"
+for round in $(seq "$rounds"); do
+  rm -rf "$work/ck" "$work/fio"
+  out=$("$train" --deepspeed_config "$work/ds.json" "${model[@]}" --steps 1 --save_dir "$work/ck" 2>&1)
+  line=$(grep -m1 '^saved checkpoint' <<< "$out") || { echo "$out" | tail -5; exit 1; }
+  bytes=$(sed -E 's/.*wrote ([0-9]+) bytes.*/\1/' <<< "$line")
+  save_s=$(sed -E 's/.*bytes, ([0-9.]+) s.*/\1/' <<< "$line")
+  total=$(du -sb "$work/ck" | cut -f1)
+  mkdir -p "$work/fio"
+  fw=$(fio --name=ckpt --directory="$work/fio" --rw=write --bs=1M --size="$total" --ioengine=psync --direct=0 \
+           --end_fsync=1 --output-format=json | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["write"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
+  dropcache
+  out=$("$train" --deepspeed_config "$work/ds.json" "${model[@]}" --steps 1 --load_dir "$work/ck" 2>&1)
+  line=$(grep -m1 '^resumed from' <<< "$out") || { echo "$out" | tail -5; exit 1; }
+  load_s=$(sed -E 's/.*loaded in ([0-9.]+) s.*/\1/' <<< "$line")
+  dropcache
+  fr=$(fio --name=ckpt --directory="$work/fio" --rw=read --bs=1M --size="$total" --ioengine=psync --direct=0 \
+           --output-format=json | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
+  echo "$round $bytes $total $save_s $fw $load_s $fr" >> "$results"
+  echo "round $round: checkpoint $total bytes (rank 0 wrote $bytes); save $save_s s, fio write $(python3 -c "print(f'{$fw/1e9:.3f}')") GB/s; load $load_s s, fio read $(python3 -c "print(f'{$fr/1e9:.3f}')") GB/s"
+done
+python3 - "$results" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+save = [r[2] / r[3] for r in rows]; fw = [r[4] for r in rows]
+load = [r[2] / r[5] for r in rows]; fr = [r[6] for r in rows]
+med = statistics.median
+print(f"save: zerorun {med(save)/1e9:.3f} GB/s, fio write {med(fw)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(save, fw)]):.2f} (median of {len(rows)} interleaved rounds)")
+print(f"load: zerorun {med(load)/1e9:.3f} GB/s, fio read  {med(fr)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(load, fr)]):.2f}")
+print("zerorun's figures are the checkpoint directory's bytes over the whole SaveCheckpoint / LoadCheckpoint call "
+      "(gathering, checksums, fsyncs, the manifest and latest; the load also verifies and scatters into the engine)")
+PY
