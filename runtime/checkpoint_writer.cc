@@ -8,8 +8,10 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
@@ -230,8 +232,60 @@ void RemoveCheckpoint(const std::string& save_dir, const std::string& tag, Check
   env.RemoveAll(doomed);
 }
 
-CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const CheckpointWriteOptions& options,
-                                      const CheckpointContents& contents) {
+struct PendingCheckpointWrite {
+  CheckpointEnv* env = nullptr;
+  CheckpointWriteOptions options;
+  std::string staging;
+  CheckpointWriteResult result;
+  CheckpointManifest manifest;
+  std::vector<Tensor> data;  // the snapshot: a host copy of every chunk
+  CheckpointContents contents;
+  std::string error;         // phase 3's outcome (kIoError/kArgError + text), set by the thread
+  std::thread thread;
+  bool finished = false;
+  ~PendingCheckpointWrite() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+namespace {
+
+// Phases 4-5, shared by the synchronous and the asynchronous save.
+CheckpointWriteResult PublishAgreed(comm::Communicator& comm, CheckpointEnv& env, const CheckpointWriteOptions& options,
+                                    const std::string& staging, const std::string& save_id,
+                                    CheckpointWriteResult result, const std::string& error) {
+  const int rank = comm.rank();
+  const int world = comm.size();
+  const std::string& final_dir = result.dir;
+  std::vector<std::string> errors = AgreeOnErrors(comm, error);
+  for (const std::string& e : errors) {
+    if (!e.empty()) {
+      ThrowAgreed(errors, Format("checkpoint save to {} failed; nothing was published, the previous checkpoint "
+                                 "and 'latest' are untouched", final_dir));
+    }
+  }
+  std::string publish_error;
+  if (rank == 0) {
+    try {
+      Publish(env, options.save_dir, staging, final_dir, save_id, options.save_latest, result.tag);
+    } catch (const Error& e) {
+      publish_error = e.what();
+    }
+  }
+  publish_error = BroadcastString(comm, publish_error);
+  if (!publish_error.empty()) {
+    ZR_THROW(IoError, "checkpoint save to {}: every rank's files were written but rank 0 could not publish "
+             "them: {}", final_dir, publish_error);
+  }
+  if (rank == 0) {
+    ZR_INFO("saved checkpoint {} ({} ranks{})", final_dir, world, options.save_latest ? ", latest" : "");
+  }
+  return result;
+}
+
+CheckpointWriteResult WriteCheckpointImpl(comm::Communicator& comm, const CheckpointWriteOptions& options,
+                                          const CheckpointContents& contents,
+                                          std::shared_ptr<PendingCheckpointWrite>* async_out) {
   CheckpointEnv& env = options.env ? *options.env : CheckpointEnv::Posix();
   const int rank = comm.rank();
   const int world = comm.size();
@@ -322,6 +376,42 @@ CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const Checkpoint
     manifest.world_size = world;
     manifest.checksum_block_bytes = options.checksum_block_bytes;
     CheckpointWriteResult result{final_dir, tag, 0};
+    if (async_out) {
+      // Snapshot every chunk on this thread (the caller may change the tensors as soon as we return),
+      // then write the files on a background thread; FinishCheckpointWrite runs phases 4-5.
+      auto pending = std::make_shared<PendingCheckpointWrite>();
+      pending->env = &env;
+      pending->options = options;
+      pending->staging = staging;
+      pending->result = result;
+      pending->manifest = std::move(manifest);
+      pending->manifest.save_id = save_id;
+      try {
+        for (size_t i = 0; i < contents.chunks.size(); ++i) {
+          pending->data.push_back(contents.fetch(i).Clone(MemCategory::kOther));
+        }
+      } catch (const Error& e) {
+        error = std::string(1, kIoError) + e.what();
+        pending->finished = true;
+        PublishAgreed(comm, env, options, staging, save_id, result, error);  // throws on every rank
+      }
+      pending->contents.chunks = contents.chunks;
+      PendingCheckpointWrite* p = pending.get();
+      pending->contents.fetch = [p](size_t i) { return p->data[i]; };
+      pending->thread = std::thread([p, rank] {
+        try {
+          p->result.bytes_written = WriteRankFiles(*p->env, p->staging, rank, p->manifest, p->contents);
+        } catch (const InvalidArgument& e) {
+          p->error = std::string(1, kArgError) + e.what();
+        } catch (const Error& e) {
+          p->error = std::string(1, kIoError) + e.what();
+        } catch (const std::exception& e) {
+          p->error = std::string(1, kIoError) + e.what();
+        }
+      });
+      *async_out = std::move(pending);
+      return result;
+    }
     try {
       result.bytes_written = WriteRankFiles(env, staging, rank, manifest, contents);
     } catch (const InvalidArgument& e) {
@@ -329,36 +419,44 @@ CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const Checkpoint
     } catch (const Error& e) {
       error = std::string(1, kIoError) + e.what();
     }
-    std::vector<std::string> errors = AgreeOnErrors(comm, error);
-    for (const std::string& e : errors) {
-      if (!e.empty()) {
-        ThrowAgreed(errors, Format("checkpoint save to {} failed; nothing was published, the previous checkpoint "
-                                   "and 'latest' are untouched", final_dir));
-      }
-    }
-
-    // 4-5. Rank 0 publishes; everyone learns the outcome.
-    std::string publish_error;
-    if (rank == 0) {
-      try {
-        Publish(env, options.save_dir, staging, final_dir, save_id, options.save_latest, tag);
-      } catch (const Error& e) {
-        publish_error = e.what();
-      }
-    }
-    publish_error = BroadcastString(comm, publish_error);
-    if (!publish_error.empty()) {
-      ZR_THROW(IoError, "checkpoint save to {}: every rank's files were written but rank 0 could not publish "
-               "them: {}", final_dir, publish_error);
-    }
-    if (rank == 0) {
-      ZR_INFO("saved checkpoint {} ({} ranks{})", final_dir, world, options.save_latest ? ", latest" : "");
-    }
-    return result;
+    // 4-5. Rank 0 publishes once every rank's files are durable; everyone learns the outcome.
+    return PublishAgreed(comm, env, options, staging, save_id, result, error);
   } catch (const CommError&) {
     throw;  // a peer is gone: leave the staging directory for the next save (its writers may still run)
   } catch (...) {
     if (rank == 0 && !staging.empty()) RemoveQuietly(env, staging);
+    throw;
+  }
+}
+
+}  // namespace
+
+CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const CheckpointWriteOptions& options,
+                                      const CheckpointContents& contents) {
+  return WriteCheckpointImpl(comm, options, contents, nullptr);
+}
+
+std::shared_ptr<PendingCheckpointWrite> StartCheckpointWrite(comm::Communicator& comm,
+                                                             const CheckpointWriteOptions& options,
+                                                             const CheckpointContents& contents) {
+  std::shared_ptr<PendingCheckpointWrite> pending;
+  WriteCheckpointImpl(comm, options, contents, &pending);
+  return pending;
+}
+
+CheckpointWriteResult FinishCheckpointWrite(comm::Communicator& comm, PendingCheckpointWrite& pending) {
+  ZR_CHECK(!pending.finished, "FinishCheckpointWrite: this save was already finished");
+  if (pending.thread.joinable()) pending.thread.join();
+  pending.finished = true;
+  pending.data.clear();
+  CheckpointEnv& env = *pending.env;
+  try {
+    return PublishAgreed(comm, env, pending.options, pending.staging, pending.manifest.save_id, pending.result,
+                         pending.error);
+  } catch (const CommError&) {
+    throw;
+  } catch (...) {
+    if (comm.rank() == 0 && !pending.staging.empty()) RemoveQuietly(env, pending.staging);
     throw;
   }
 }

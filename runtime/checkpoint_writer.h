@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,19 @@ struct CheckpointWriteResult {
 //     for the next save to remove).
 CheckpointWriteResult WriteCheckpoint(comm::Communicator& comm, const CheckpointWriteOptions& options,
                                       const CheckpointContents& contents);
+
+// The asynchronous save (checkpoint.writer.decoupled). StartCheckpointWrite is collective and runs
+// steps 1-2 as WriteCheckpoint does, then copies every chunk into host memory (contents.fetch is
+// called for every chunk before it returns, so the caller may change its tensors right after) and
+// writes this rank's files (step 3) on a background thread. FinishCheckpointWrite, collective, waits
+// for that thread and runs steps 4-5: it throws what WriteCheckpoint would (an error of the
+// background write names the rank and its file), and only then is `latest` written. Every started
+// write must be finished once; destroying an unfinished one only joins its thread (nothing published).
+struct PendingCheckpointWrite;
+std::shared_ptr<PendingCheckpointWrite> StartCheckpointWrite(comm::Communicator& comm,
+                                                             const CheckpointWriteOptions& options,
+                                                             const CheckpointContents& contents);
+CheckpointWriteResult FinishCheckpointWrite(comm::Communicator& comm, PendingCheckpointWrite& pending);
 
 // The names WriteCheckpoint uses for temporaries in save_dir (and removes at the start of a save).
 bool IsCheckpointTemporary(const std::string& name);

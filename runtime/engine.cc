@@ -209,6 +209,13 @@ void Engine::InitOrUndo() {
 
 Engine::~Engine() {
   model_.SetObserver(nullptr);
+  if (impl_ && impl_->pending_save) {
+    try {
+      FinishPendingSave(*comm_, impl_->pending_save);
+    } catch (const std::exception& e) {
+      ZR_ERROR("the asynchronous checkpoint save failed: {}", e.what());
+    }
+  }
   if (impl_) impl_->strategy.reset();  // waits for what is in flight before the buffers go
   if (impl_ && impl_->tracer) {
     comm_->SetTracer(nullptr);

@@ -72,6 +72,12 @@ std::vector<std::string> CheckpointSlotNames(const zero::StateStore& store) {
 
 // ---- save ------------------------------------------------------------------------------------------
 
+// Finishes (collectively) an asynchronous save; the handle is released even when it throws.
+CheckpointWriteResult FinishPendingSave(comm::Communicator& comm, std::shared_ptr<PendingCheckpointWrite>& pending) {
+  std::shared_ptr<PendingCheckpointWrite> p = std::move(pending);
+  return FinishCheckpointWrite(comm, *p);
+}
+
 SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const SaveCheckpointOptions& options) {
   ScopedMemoryAccount scope(&account_);
   ScopedTimer timer(timers_, "save_checkpoint");
@@ -80,6 +86,7 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
              "{}): save after the Step() that ends a window", save_dir, micro_steps_,
              config_.gradient_accumulation_steps());
   }
+  if (impl_->pending_save) FinishPendingSave(*comm_, impl_->pending_save);
   zero::Strategy& strategy = *impl_->strategy;
   zero::StateStore& store = strategy.state_store();
   const std::vector<std::string> slot_names = CheckpointSlotNames(store);
@@ -184,6 +191,11 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   wo.save_latest = options.save_latest;
   wo.tag_validation = config_.checkpoint.tag_validation;
   wo.env = options.env;
+  if (options.async) {
+    impl_->pending_save = StartCheckpointWrite(*comm_, wo, contents);
+    const std::string tag = options.tag.empty() ? Format("global_step{}", global_steps_) : options.tag;
+    return {JoinPath(save_dir, tag), tag, 0};
+  }
   CheckpointWriteResult w = WriteCheckpoint(*comm_, wo, contents);
   if (me == 0) {
     ZR_INFO("saved checkpoint {} (global step {}, ZeRO stage {}, {} rank(s))", w.dir, global_steps_, zero_stage(),
@@ -195,6 +207,7 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
 // ---- load ------------------------------------------------------------------------------------------
 
 LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const LoadCheckpointOptions& options) {
+  if (impl_->pending_save) FinishPendingSave(*comm_, impl_->pending_save);
   ScopedMemoryAccount scope(&account_);
   ScopedTimer timer(timers_, "load_checkpoint");
   if (forward_pending_ || micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) != 0) {

@@ -11,6 +11,7 @@
 
 #include "zerorun/core/tensor.h"
 #include "zerorun/core/trace.h"
+#include "zerorun/runtime/checkpoint_writer.h"
 #include "zerorun/runtime/config/config.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/loss_scaler.h"
@@ -43,6 +44,9 @@ class EngineParamHost final : public zero::ParamHost {
   std::optional<uint64_t> init_seed_;
 };
 
+struct PendingCheckpointWrite;
+CheckpointWriteResult FinishPendingSave(comm::Communicator& comm, std::shared_ptr<PendingCheckpointWrite>& pending);
+
 struct Engine::Impl {
   // Where the model, gradients, buckets and the resident optimizer state live: the communicator's
   // device. Every engine entry runs the kernels of kernels/ops.h there (a KernelDeviceScope on its
@@ -58,6 +62,9 @@ struct Engine::Impl {
   std::unique_ptr<nn::ModuleObserver> observer;
   // csv_monitor and tensorboard (rank 0): the scalars of every boundary step (engine_observe.cc).
   std::vector<std::unique_ptr<Monitor>> monitors;
+  // An asynchronous save still being written (SaveCheckpointOptions::async); finished by the next
+  // save, load or the destructor.
+  std::shared_ptr<PendingCheckpointWrite> pending_save;
   double last_boundary_time = 0;           // tokens_per_second between boundaries
   comm::CommStats last_comm_stats;         // bytes per collective between boundaries
   int64_t mem_after_forward = 0;           // memory_breakdown: total bytes at the window's points

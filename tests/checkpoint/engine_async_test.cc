@@ -1,0 +1,121 @@
+// Engine::SaveCheckpoint with SaveCheckpointOptions::async on 2 ranks: the files are those of a
+// synchronous save of the same step, byte for byte, although training goes on (and changes the
+// parameters) while they are written; `latest` appears only once the write is finished; a write that
+// fails in the background is thrown from the next call and leaves `latest` on the previous tag.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "tests/checkpoint/engine_ckpt_util.h"
+
+namespace {
+
+using namespace ckpttest;
+using namespace enginetest;
+
+ResumeCase TwoRanks(const fs::path& dir) {
+  ResumeCase c;
+  c.world = 2;
+  c.stage = 2;
+  c.dtype = DType::kBF16;
+  c.dropout = 0;
+  c.data = WriteTextCorpus(dir).string();
+  return c;
+}
+
+void TrainSteps(Engine& engine, const ResumeCase& c, int rank, int from, int n) {
+  for (int s = from; s < from + n; ++s) {
+    auto [x, y] = zrtest::MicroBatch(s, 0, rank, 2, c.micro, 1, 8, 16);
+    engine.Forward(x, y);
+    engine.Backward();
+    engine.Step();
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+
+TEST_CASE("checkpoint engine async save: byte-identical to a synchronous save of the same step while training goes on") {
+  const fs::path dir = TempDir("engine_async");
+  ResumeCase c = TwoRanks(dir);
+  const std::string sync_dir = (dir / "sync").string(), async_dir = (dir / "async").string();
+  std::mutex mu;
+  std::vector<bool> latest_early(2, true), changed(2, false);
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Engine engine(model, ResumeConfig(c, 2), comm);
+    TrainSteps(engine, c, comm.rank(), 0, 2);
+    SaveCheckpointOptions so;
+    so.tag = "snap";
+    engine.SaveCheckpoint(sync_dir, so);
+    const std::vector<float> at_save = zrtest::FlatParameters(engine);
+    so.async = true;
+    engine.SaveCheckpoint(async_dir, so);
+    const bool early = fs::exists(fs::path(async_dir) / "latest");
+    TrainSteps(engine, c, comm.rank(), 2, 3);  // the parameters change while the files are written
+    const bool differs = zrtest::FlatParameters(engine) != at_save;
+    std::lock_guard<std::mutex> lock(mu);
+    latest_early[static_cast<size_t>(comm.rank())] = early;
+    changed[static_cast<size_t>(comm.rank())] = differs;
+    // ~Engine finishes the save (collectively) and writes `latest`.
+  });
+  CHECK(changed == std::vector<bool>{true, true});
+  CHECK(latest_early == std::vector<bool>{false, false});  // not before every rank's files are durable
+  CHECK(ReadBytes(fs::path(async_dir) / "latest") == "snap");
+  for (const char* f : {"rank00000.safetensors", "rank00001.safetensors"}) {
+    INFO(f);
+    const std::string a = ReadBytes(fs::path(async_dir) / "snap" / f);
+    CHECK(a.size() > 1000);
+    CHECK(a == ReadBytes(fs::path(sync_dir) / "snap" / f));
+  }
+  for (const auto& e : fs::directory_iterator(async_dir)) CHECK(!IsCheckpointTemporary(e.path().filename().string()));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint engine async save: disk full in the background write is thrown by the next save on every rank; latest stays on the previous tag") {
+  const fs::path dir = TempDir("engine_async_full");
+  ResumeCase c = TwoRanks(dir);
+  const std::string ck = (dir / "ck").string();
+  FaultEnv env;
+  env.fail_path = "rank00001.safetensors";
+  env.fail_after_bytes = 200;
+  env.fail_errno = ENOSPC;
+  std::mutex mu;
+  std::vector<std::string> errors(2);
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Engine engine(model, ResumeConfig(c, 2), comm);
+    TrainSteps(engine, c, comm.rank(), 0, 2);
+    SaveCheckpointOptions so;
+    so.async = true;
+    engine.SaveCheckpoint(ck, so);  // global_step2, fine
+    TrainSteps(engine, c, comm.rank(), 2, 2);
+    so.env = &env;
+    engine.SaveCheckpoint(ck, so);  // global_step4: rank 1's shard hits ENOSPC in the background
+    TrainSteps(engine, c, comm.rank(), 4, 1);
+    std::string e;
+    try {
+      engine.SaveCheckpoint(ck, SaveCheckpointOptions{});  // waits for global_step4 first
+    } catch (const IoError& x) {
+      e = x.what();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    errors[static_cast<size_t>(comm.rank())] = e;
+  });
+  for (const std::string& e : errors) {
+    INFO(e);
+    CHECK(Contains(e, "rank 1"));
+    CHECK(Contains(e, "No space left on device"));
+    CHECK(Contains(e, "rank00001.safetensors"));
+  }
+  CHECK(ReadBytes(dir / "ck" / "latest") == "global_step2");
+  CHECK_FALSE(fs::exists(dir / "ck" / "global_step4"));
+  CHECK_FALSE(fs::exists(dir / "ck" / "global_step5"));
+  for (const auto& e : fs::directory_iterator(dir / "ck")) CHECK(!IsCheckpointTemporary(e.path().filename().string()));
+  fs::remove_all(dir);
+}
+
+}  // TEST_SUITE
