@@ -191,7 +191,10 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   wo.save_latest = options.save_latest;
   wo.tag_validation = config_.checkpoint.tag_validation;
   wo.env = options.env;
-  if (options.async) {
+  // DeepSpeed's checkpoint.writer.decoupled (training goes on while the files are written) is this
+  // asynchronous save for every SaveCheckpoint call.
+  const bool async = options.async || (config_.checkpoint.writer && config_.checkpoint.writer->decoupled);
+  if (async) {
     impl_->pending_save = StartCheckpointWrite(*comm_, wo, contents);
     const std::string tag = options.tag.empty() ? Format("global_step{}", global_steps_) : options.tag;
     return {JoinPath(save_dir, tag), tag, 0};

@@ -278,7 +278,9 @@ const std::vector<KeyDisposition> kTable = {
     {"checkpoint.writer", kWarned, "DeepSpeed's fast checkpoint writer is not implemented: each rank writes its shard itself (docs/checkpoint.md)",
      kCheckpoints},
     {"checkpoint.writer.type", kFollows, "checkpoint.writer"},
-    {"checkpoint.writer.decoupled", kFollows, "checkpoint.writer"},
+    {"checkpoint.writer.decoupled", kActed,
+     "Engine::SaveCheckpoint: every save asynchronous (snapshot to host memory, files written by a background "
+     "thread, latest published at the next save/load or engine destruction; docs/checkpoint.md)"},
     {"checkpoint.writer.io_buffer_size", kFollows, "checkpoint.writer"},
     {"checkpoint.writer.io_buffer_double", kFollows, "checkpoint.writer"},
     {"checkpoint.writer.show_statistics", kFollows, "checkpoint.writer"},

@@ -74,6 +74,31 @@ TEST_CASE("checkpoint engine async save: byte-identical to a synchronous save of
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint engine async save: checkpoint.writer.decoupled makes every save asynchronous") {
+  const fs::path dir = TempDir("engine_decoupled");
+  ResumeCase c = TwoRanks(dir);
+  const std::string ck = (dir / "ck").string();
+  std::mutex mu;
+  std::vector<bool> latest_early(2, true);
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Config cfg = ResumeConfig(c, 2);
+    cfg.checkpoint.writer = zerorun::runtime::CheckpointWriterConfig{};
+    cfg.checkpoint.writer->decoupled = true;
+    Engine engine(model, cfg, comm);
+    TrainSteps(engine, c, comm.rank(), 0, 2);
+    engine.SaveCheckpoint(ck);  // no SaveCheckpointOptions::async: the config asks for it
+    const bool early = fs::exists(fs::path(ck) / "latest");
+    std::lock_guard<std::mutex> lock(mu);
+    latest_early[static_cast<size_t>(comm.rank())] = early;
+  });
+  CHECK(latest_early == std::vector<bool>{false, false});
+  CHECK(ReadBytes(fs::path(ck) / "latest") == "global_step2");
+  CHECK(fs::exists(fs::path(ck) / "global_step2" / "rank00001.safetensors"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("checkpoint engine async save: disk full in the background write is thrown by the next save on every rank; latest stays on the previous tag") {
   const fs::path dir = TempDir("engine_async_full");
   ResumeCase c = TwoRanks(dir);
