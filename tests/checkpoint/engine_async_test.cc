@@ -13,16 +13,6 @@ namespace {
 using namespace ckpttest;
 using namespace enginetest;
 
-ResumeCase TwoRanks(const fs::path& dir) {
-  ResumeCase c;
-  c.world = 2;
-  c.stage = 2;
-  c.dtype = DType::kBF16;
-  c.dropout = 0;
-  c.data = WriteTextCorpus(dir).string();
-  return c;
-}
-
 void TrainSteps(Engine& engine, const ResumeCase& c, int rank, int from, int n) {
   for (int s = from; s < from + n; ++s) {
     auto [x, y] = zrtest::MicroBatch(s, 0, rank, 2, c.micro, 1, 8, 16);

@@ -15,16 +15,6 @@ namespace {
 using namespace ckpttest;
 using namespace enginetest;
 
-ResumeCase TwoRanks(const fs::path& dir) {
-  ResumeCase c;
-  c.world = 2;
-  c.stage = 2;
-  c.dtype = DType::kBF16;
-  c.dropout = 0;
-  c.data = WriteTextCorpus(dir).string();
-  return c;
-}
-
 // Every rank's error of LoadCheckpoint(load_dir) ("(loaded)" when it loaded; a failed load is
 // checked to leave the engine unchanged).
 std::vector<std::string> LoadErrors(const ResumeCase& c, const std::string& load_dir) {

@@ -64,6 +64,17 @@ inline gpt::GptConfig ResumeGpt(const ResumeCase& c) {
   return g;
 }
 
+// 2 ranks, ZeRO-2, bf16, no dropout, a text corpus in `dir`: the bad-input and async-save tests' job.
+inline ResumeCase TwoRanks(const fs::path& dir) {
+  ResumeCase c;
+  c.world = 2;
+  c.stage = 2;
+  c.dtype = DType::kBF16;
+  c.dropout = 0;
+  c.data = WriteTextCorpus(dir).string();
+  return c;
+}
+
 inline Config ResumeConfig(const ResumeCase& c, int world) {
   zrtest::RunSpec s;
   s.world = world;
