@@ -386,14 +386,22 @@ CheckpointWriteResult WriteCheckpointImpl(comm::Communicator& comm, const Checkp
       pending->result = result;
       pending->manifest = std::move(manifest);
       pending->manifest.save_id = save_id;
+      // Every rank learns whether every snapshot was taken (e.g. out of memory on one rank), so that
+      // none goes on to a background write the others will not finish.
+      std::string snapshot_error;
       try {
         for (size_t i = 0; i < contents.chunks.size(); ++i) {
           pending->data.push_back(contents.fetch(i).Clone(MemCategory::kOther));
         }
-      } catch (const Error& e) {
-        error = std::string(1, kIoError) + e.what();
-        pending->finished = true;
-        PublishAgreed(comm, env, options, staging, save_id, result, error);  // throws on every rank
+      } catch (const std::exception& e) {
+        snapshot_error = std::string(1, kIoError) + e.what();
+      }
+      const std::vector<std::string> snapshot_errors = AgreeOnErrors(comm, snapshot_error);
+      for (const std::string& e : snapshot_errors) {
+        if (!e.empty()) {
+          ThrowAgreed(snapshot_errors, Format("checkpoint save to {} failed copying what to write into host memory; "
+                                              "nothing was written or published", final_dir));
+        }
       }
       pending->contents.chunks = contents.chunks;
       PendingCheckpointWrite* p = pending.get();
@@ -403,9 +411,7 @@ CheckpointWriteResult WriteCheckpointImpl(comm::Communicator& comm, const Checkp
           p->result.bytes_written = WriteRankFiles(*p->env, p->staging, rank, p->manifest, p->contents);
         } catch (const InvalidArgument& e) {
           p->error = std::string(1, kArgError) + e.what();
-        } catch (const Error& e) {
-          p->error = std::string(1, kIoError) + e.what();
-        } catch (const std::exception& e) {
+        } catch (const std::exception& e) {  // IoError and anything else: a write that did not happen
           p->error = std::string(1, kIoError) + e.what();
         }
       });

@@ -27,7 +27,7 @@ StepResult Engine::BoundaryStep() {
   const bool skips = fp16 || (config_.bf16.enabled && config_.bf16.check_grad_overflow);
   const bool check = skips || config_.numerics.enabled;
   r.loss_scale = impl_->scaler.scale();
-  r.overflow = check && strategy.AnyNonFinite(nullptr);
+  r.overflow = check && strategy.AnyNonFinite();
   if (r.overflow) ReportNonFiniteGradients(&r);  // a collective only when some rank had a bad gradient
   ComputeGradNumerics(&r);
   bool skip = skips && r.overflow;

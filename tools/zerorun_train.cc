@@ -79,10 +79,10 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
   --log_every N            progress line every N steps on rank 0 (default 10)
   --eval_batches N         after training, the final model's mean loss over N held-out batches (micro
                            batch x seq_len tokens each; split over the ranks) as eval_loss in the summary
-                           and the last line: the synthetic corpus's held-out documents (drawn apart from
-                           the training ones), or --eval_data. Each rank holds a full copy of the model
+                           and the last line: --eval_data, or the synthetic corpus's held-out documents
+                           (drawn apart from the training ones). Each rank holds a full copy of the model
                            for it (default 0: none)
-  --eval_data PATH         held-out data for --eval_batches with --data files (same formats as --data)
+  --eval_data PATH         held-out data for --eval_batches (same formats as --data; needed with --data files)
   --trace FILE             write a Chrome trace-event timeline (Perfetto, chrome://tracing) of each rank:
                            steps, module forward/backward/recompute, optimizer sub-groups, collectives with
                            bytes; {rank} in FILE is replaced, else ranks > 0 write FILE's stem + .rank<R>
@@ -239,6 +239,32 @@ KillHook KillHookFromEnv() {
   return k;
 }
 
+// `windows` windows of seq_len + 1 tokens of the synthetic Markov chain (vocab V, chain seed 4242), in
+// documents of 64 windows sampled under `sample_seed` (777: training, 778: held out); the chain's
+// entropy rate to *entropy_floor when given.
+std::unique_ptr<zr::data::TokenDataset> SyntheticCorpus(int64_t vocab, int64_t windows, int64_t seq_len,
+                                                        uint64_t sample_seed, const std::string& name,
+                                                        double* entropy_floor) {
+  zr::data::MarkovChainOptions mo;
+  mo.vocab_size = static_cast<int>(vocab);
+  mo.seed = 4242;
+  zr::data::MarkovChain chain(mo);
+  if (entropy_floor != nullptr) *entropy_floor = chain.EntropyRateNats();
+  const int64_t doc_tokens = 64 * seq_len + 1;
+  std::vector<std::vector<int32_t>> docs;
+  for (int64_t d = 0; d * 64 < windows; ++d) docs.push_back(chain.Sample(doc_tokens, sample_seed, static_cast<uint64_t>(d)));
+  return zr::data::MakeInMemoryDataset(std::move(docs), name);
+}
+
+// Token shards (.bin, llm.c layout) or byte-level text files: a path, directory or glob. A *vocab < 0
+// becomes the format's (50257 for shards, 256 for text).
+std::unique_ptr<zr::data::TokenDataset> OpenDataFiles(const std::string& spec, int64_t* vocab) {
+  std::vector<std::string> paths = zr::data::ExpandDataPaths(spec);
+  const bool shards = paths.front().size() > 4 && paths.front().substr(paths.front().size() - 4) == ".bin";
+  if (*vocab < 0) *vocab = shards ? 50257 : 256;
+  return shards ? zr::data::OpenTokenShards(paths, *vocab) : zr::data::OpenByteTextFiles(paths, *vocab);
+}
+
 // The final model's mean loss over `batches` held-out batches: the parameters gathered into a second
 // copy of the model (eval mode: no dropout), rank r taking batches r, r + world, ...; the mean over
 // every batch evaluated (the count rounded up to a multiple of the world size), agreed across ranks.
@@ -324,42 +350,22 @@ int Run(const Args& args) {
   int64_t vocab = args.vocab_size;
   if (args.data == "synthetic") {
     if (vocab < 0) vocab = 64;
-    zr::data::MarkovChainOptions mo;
-    mo.vocab_size = static_cast<int>(vocab);
-    mo.seed = 4242;
-    zr::data::MarkovChain chain(mo);
-    entropy_floor = chain.EntropyRateNats();
-    // Enough windows for every step without repeating on any rank, in documents of 64 windows.
-    int64_t windows = std::max<int64_t>(cfg.train_batch_size() * args.steps, 256);
-    int64_t doc_tokens = 64 * args.seq_len + 1;
-    std::vector<std::vector<int32_t>> docs;
-    for (int64_t d = 0; d * 64 < windows; ++d) docs.push_back(chain.Sample(doc_tokens, 777, static_cast<uint64_t>(d)));
-    dataset = zr::data::MakeInMemoryDataset(std::move(docs), zr::Format("synthetic Markov corpus (vocab {})", vocab));
+    // Enough windows for every step without repeating on any rank.
+    dataset = SyntheticCorpus(vocab, std::max<int64_t>(cfg.train_batch_size() * args.steps, 256), args.seq_len, 777,
+                              zr::Format("synthetic Markov corpus (vocab {})", vocab), &entropy_floor);
   } else {
-    std::vector<std::string> paths = zr::data::ExpandDataPaths(args.data);
-    bool shards = paths.front().size() > 4 && paths.front().substr(paths.front().size() - 4) == ".bin";
-    if (vocab < 0) vocab = shards ? 50257 : 256;
-    dataset = shards ? zr::data::OpenTokenShards(paths, vocab) : zr::data::OpenByteTextFiles(paths, vocab);
+    dataset = OpenDataFiles(args.data, &vocab);
   }
-  // Held-out data for --eval_batches: documents of the same chain under another sample seed, or --eval_data.
+  // Held-out data for --eval_batches: --eval_data, or documents of the same chain under another sample seed.
   std::unique_ptr<zr::data::TokenDataset> eval_set;
   if (args.eval_batches > 0) {
-    if (args.data == "synthetic") {
-      zr::data::MarkovChainOptions mo;
-      mo.vocab_size = static_cast<int>(vocab);
-      mo.seed = 4242;
-      zr::data::MarkovChain chain(mo);
-      const int64_t windows = std::max<int64_t>(args.eval_batches * cfg.micro_batch_per_gpu(), 64);
-      const int64_t doc_tokens = 64 * args.seq_len + 1;
-      std::vector<std::vector<int32_t>> docs;
-      for (int64_t d = 0; d * 64 < windows; ++d) docs.push_back(chain.Sample(doc_tokens, 778, static_cast<uint64_t>(d)));
-      eval_set = zr::data::MakeInMemoryDataset(std::move(docs), "held-out synthetic documents");
-    } else if (args.eval_data.empty()) {
-      UsageError("--eval_batches with --data files needs --eval_data PATH (held-out files)");
+    if (!args.eval_data.empty()) {
+      eval_set = OpenDataFiles(args.eval_data, &vocab);
+    } else if (args.data == "synthetic") {
+      eval_set = SyntheticCorpus(vocab, std::max<int64_t>(args.eval_batches * cfg.micro_batch_per_gpu(), 64), args.seq_len,
+                                 778, "held-out synthetic documents", nullptr);
     } else {
-      std::vector<std::string> paths = zr::data::ExpandDataPaths(args.eval_data);
-      bool shards = paths.front().size() > 4 && paths.front().substr(paths.front().size() - 4) == ".bin";
-      eval_set = shards ? zr::data::OpenTokenShards(paths, vocab) : zr::data::OpenByteTextFiles(paths, vocab);
+      UsageError("--eval_batches with --data files needs --eval_data PATH (held-out files)");
     }
   } else if (!args.eval_data.empty()) {
     UsageError("--eval_data without --eval_batches N");

@@ -69,15 +69,9 @@ void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups,
   optimizer_->Initialize();
 }
 
-bool PartitionedStrategy::AnyNonFinite(std::vector<std::string>* names) {
-  int32_t local_bad = optimizer_->LocalAllFinite() ? 0 : 1;
-  int32_t any_bad = local_bad;
+bool PartitionedStrategy::AnyNonFinite() {
+  int32_t any_bad = optimizer_->LocalAllFinite() ? 0 : 1;
   if (comm_.size() > 1) comm_.AllReduce(&any_bad, 1, DType::kI32, comm::ReduceOp::kMax).Wait();
-  if (any_bad && local_bad && names != nullptr) {
-    for (auto [group, tensor] : optimizer_->NonFiniteTensors(8)) {
-      names->push_back(params_[static_cast<size_t>(group_ids_[static_cast<size_t>(group)][static_cast<size_t>(tensor)])].name);
-    }
-  }
   return any_bad != 0;
 }
 

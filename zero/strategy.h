@@ -148,9 +148,9 @@ class Strategy {
   // ---- the accumulation boundary --------------------------------------------------------------
   // Waits for the reductions still travelling (stages 0/1 reduce on the boundary). Collective.
   virtual void FinishReductions() = 0;
-  // True when any rank has a non-finite gradient (agreed by all ranks; collective); `names` (optional)
-  // receives up to 8 parameters with bad gradients on this rank, in layout order.
-  virtual bool AnyNonFinite(std::vector<std::string>* names) = 0;
+  // True when any rank has a non-finite gradient (agreed by all ranks; collective). Which ones, on
+  // which ranks: ReportNonFinite.
+  virtual bool AnyNonFinite() = 0;
   // Each group's sum of squares of the (reduced, still scaled) gradients over all ranks. Collective.
   virtual std::vector<double> GroupSumSquares() = 0;
   // Each group's statistics of the reduced, still scaled gradients over all ranks (grad_stats.h):

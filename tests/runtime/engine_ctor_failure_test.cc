@@ -60,8 +60,8 @@ TEST_CASE("engine: a constructor that throws after partitioning leaves the model
           }
           ++i;
         }
-        // Every rank's engine must have failed for the next one to form; rank 0 alone threw here, so
-        // the other ranks' engines (which succeeded) are gone already. A second engine on this model:
+        // Only rank 0 opens the file, so only its engine threw; the others' engines were built and are
+        // gone again. A second engine on this model, on every rank:
         s.extra_json.clear();
         runtime::Engine again(model, zrtest::LoadSpecConfig(s), comm);
         auto [x, y] = zrtest::MicroBatch(0, 0, comm.rank(), world, 2, 1, gc.seq_len, gc.vocab_size);
