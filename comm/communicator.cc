@@ -208,7 +208,7 @@ Communicator::Communicator(std::string backend_name, std::string name, int rank,
       name_(std::move(name)),
       rank_(rank),
       size_(size),
-      timeout_(options.timeout.count() > 0 ? options.timeout : DefaultCommTimeout()),
+      timeout_ms_((options.timeout.count() > 0 ? options.timeout : DefaultCommTimeout()).count()),
       logger_(options.logger) {
   if (size < 1 || rank < 0 || rank >= size) {
     ZR_THROW(InvalidArgument, "communicator '{}': rank {} is outside world size {}", name_, rank, size);
@@ -268,6 +268,11 @@ std::string Communicator::abort_reason() const {
   throw CommError(reason);
 }
 
+void Communicator::set_timeout(Millis timeout) {
+  if (timeout.count() <= 0) ZR_THROW(InvalidArgument, "group '{}': a communicator timeout must be positive, got {} ms", name_, timeout.count());
+  timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
+}
+
 void Communicator::CheckAlive(const OpDesc& op) {
   if (aborted_.load(std::memory_order_relaxed)) ThrowAborted();
   if (NowSeconds() > op.deadline) ThrowTimeout(op, DescribeStall(op));
@@ -275,7 +280,7 @@ void Communicator::CheckAlive(const OpDesc& op) {
 
 [[noreturn]] void Communicator::ThrowTimeout(const OpDesc& op, const std::string& detail) {
   std::string msg = Format("{} ({} backend) timed out after {} s", op.Describe(rank_, size_, name_), backend_name_,
-                           static_cast<double>(timeout_.count()) / 1e3);
+                           static_cast<double>(timeout().count()) / 1e3);
   if (!detail.empty()) msg += "; " + detail;
   throw TimeoutError(msg);
 }
@@ -310,7 +315,7 @@ std::string Communicator::DescribeStall(const OpDesc& op) {
   bool any_frozen = false;
   const double now = UnixMs();
   // Heartbeats come every 0.5 s; a rank is FROZEN after a few missed ones (but within the timeout).
-  const double stale_ms = std::clamp(static_cast<double>(timeout_.count()) / 2, 1500.0, 5000.0);
+  const double stale_ms = std::clamp(static_cast<double>(timeout().count()) / 2, 1500.0, 5000.0);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     auto it = beats.find(Format("hb/{}", r));
@@ -501,7 +506,7 @@ bool Communicator::RunQueued(Queued& q, double* start_out) {
   OpDesc& op = q.op;
   double start = NowSeconds();
   *start_out = start;
-  op.deadline = start + static_cast<double>(timeout_.count()) / 1e3;
+  op.deadline = start + static_cast<double>(timeout().count()) / 1e3;
   std::exception_ptr err;
   try {
     if (aborted_.load()) ThrowAborted();

@@ -157,7 +157,11 @@ class Communicator {
   virtual Device device() const { return Device::CPU(); }
   // Host of each rank of this group (for messages).
   const std::vector<std::string>& hosts() const { return hosts_; }
-  Millis timeout() const { return timeout_; }
+  Millis timeout() const { return Millis(timeout_ms_.load(std::memory_order_relaxed)); }
+  // The timeout of ops that start after this call (a long one while a job sets up or loads a
+  // checkpoint, a short one while it trains, as torch's process groups take one at creation); ops
+  // already running keep their deadline. Splits made later inherit it. InvalidArgument unless > 0.
+  void set_timeout(Millis timeout);
 
   // ---- collectives (raw buffers on device(); counts in elements of `dtype`) ----------------------
   // Reductions support fp32, fp16, bf16, fp64, int32, int64. fp16/bf16 are converted to fp32, reduced
@@ -286,7 +290,7 @@ class Communicator {
   std::string name_;
   int rank_;
   int size_;
-  Millis timeout_;
+  std::atomic<int64_t> timeout_ms_;  // read by the executor thread
   std::shared_ptr<std::atomic<Communicator*>> self_;  // Work's way back; null once stopping
   std::shared_ptr<const std::string> name_ptr_;        // shared with Work for lazy messages
   std::vector<std::shared_ptr<void>> resources_;  // outlives the backend (members die after ~Derived)

@@ -86,8 +86,10 @@ class NcclCommunicator final : public Communicator {
   void Execute(OpDesc& op) override;
   std::unique_ptr<Communicator> CreateSubgroup(const std::string& new_name, const std::vector<int>& members,
                                                int new_rank) override {
+    CommOptions o = options_;
+    o.timeout = timeout();  // set_timeout may have changed it since construction
     return std::make_unique<NcclCommunicator>(gen_store_, new_name, new_rank, static_cast<int>(members.size()), device_,
-                                              options_, monitor_);
+                                              o, monitor_);
   }
   // Split's exchange goes through the store: the payload is host data.
   std::vector<int64_t> AllGatherHost(const std::vector<int64_t>& mine, int split_id) override {

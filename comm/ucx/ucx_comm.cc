@@ -267,8 +267,10 @@ void UcxCommunicator::OnPeerFailure(int peer, ucs_status_t status) {
 
 std::unique_ptr<Communicator> UcxCommunicator::CreateSubgroup(const std::string& new_name, const std::vector<int>& members,
                                                               int new_rank) {
+  CommOptions o = options_;
+  o.timeout = timeout();  // set_timeout may have changed it since construction
   return std::make_unique<UcxCommunicator>(context_, gen_store_, new_name, new_rank, static_cast<int>(members.size()),
-                                           options_, monitor_, ucx_);
+                                           o, monitor_, ucx_);
 }
 
 void UcxCommunicator::Progress() { ucp_worker_progress(worker_); }

@@ -183,6 +183,42 @@ TEST_CASE("local: a rank that does not call times out the others naming it") {
   CHECK(sw.ElapsedSeconds() < 10);
 }
 
+TEST_CASE("local: set_timeout bounds later ops and later splits, not the ones that ran before") {
+  CommOptions o;
+  o.timeout = Millis(60000);
+  std::atomic<int> timed_out{0};
+  Stopwatch sw;
+  RunLocalRanks(
+      2,
+      [&](Communicator& comm) {
+        CHECK(comm.timeout() == Millis(60000));
+        CHECK_THROWS_AS(comm.set_timeout(Millis(0)), InvalidArgument);
+        CHECK(comm.timeout() == Millis(60000));  // a refused value changes nothing
+        float v = 1;
+        if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        comm.AllReduce(&v, 1, DType::kF32, ReduceOp::kSum).Wait();  // 0.7 s late: fine under 60 s
+        comm.set_timeout(Millis(250));
+        auto sub = comm.Split(0, comm.rank());
+        CHECK(sub->timeout() == Millis(250));
+        if (comm.rank() == 1) {  // skips the next all-reduce, its communicators alive past the timeout
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          return;
+        }
+        try {
+          sub->AllReduce(&v, 1, DType::kF32, ReduceOp::kSum).Wait();
+          FAIL_CHECK("no timeout");
+        } catch (const TimeoutError& e) {
+          std::string m = e.what();
+          INFO(m);
+          CHECK(m.find("timed out after 0.25 s") != std::string::npos);
+          ++timed_out;
+        }
+      },
+      o);
+  CHECK(timed_out.load() == 1);
+  CHECK(sw.ElapsedSeconds() < 10);
+}
+
 TEST_CASE("local: a rank that dies fails the others promptly") {
   CommOptions o;
   o.timeout = Millis(60000);

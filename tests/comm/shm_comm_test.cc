@@ -203,9 +203,16 @@ struct FaultJob {
     }
   }
   // Every kind once on every rank (all complete), then the faulty rank starts one of each and faults.
-  void WarmUpThenFault(int rank, int faulty, const std::function<void()>& fault) {
+  // Set-up and warm-up run under the job's timeout; `fault_timeout` (if set) is every group's from
+  // then on, so a short one bounds only the faulty ops and not a slow start on a loaded machine.
+  void WarmUpThenFault(int rank, int faulty, const std::function<void()>& fault, Millis fault_timeout = Millis(0)) {
     for (size_t i = 0; i < groups.size(); ++i) Issue(i).Wait();
     for (size_t i = 0; i < groups.size(); ++i) CHECK(std::string(LastAlgorithm(*groups[i])).find("/shm") != std::string::npos);
+    if (fault_timeout.count() > 0) {
+      world->Barrier().Wait();  // every rank is past its warm-up before any timeout shrinks
+      world->set_timeout(fault_timeout);
+      for (auto& g : groups) g->set_timeout(fault_timeout);
+    }
     if (rank == faulty) {
       for (size_t i = 0; i < groups.size(); ++i) Issue(i);  // in flight ...
       ::usleep(300);
@@ -255,14 +262,15 @@ TEST_CASE("shm: a peer SIGKILLed during each collective is named by every surviv
 
 TEST_CASE("shm: a peer SIGSTOPped during a collective makes the others time out naming it FROZEN") {
   MultiprocOptions o = Options(3);
-  o.env["ZERORUN_COMM_TIMEOUT"] = "3";
   o.deadline_s = 50;
   o.linger_s = 2;
   auto results = RunMultiproc(o, [](int rank, int) {
     // Two kinds (a two-way and a one-way wait): every further group costs the survivors 2 s at
     // teardown (UCX's bounded endpoint close toward a stopped peer); the SIGKILL case covers all six.
+    // The faulty ops time out after 3 s (set-up ran under the default 30 s: CI's loaded machine once
+    // took over 3 s between two splits on one rank).
     FaultJob job(2);
-    job.WarmUpThenFault(rank, 1, [] { ::raise(SIGSTOP); });
+    job.WarmUpThenFault(rank, 1, [] { ::raise(SIGSTOP); }, Millis(3000));
     std::vector<Work> works;
     for (size_t i = 0; i < job.groups.size(); ++i) works.push_back(job.Issue(i));
     for (size_t i = 0; i < works.size(); ++i) {
