@@ -96,6 +96,30 @@ std::string SummaryToJson(const TrainSummary& s) {
     w.Key("window_tokens_per_second"); num(s.window_tokens_per_second);
     w.Key("window_step_ms"); num(s.window_step_ms);
   }
+  if (s.spike_guard) {
+    w.Key("rollbacks");
+    w.StartArray();
+    for (const SpikeRollback& r : s.rollbacks) {
+      w.StartObject();
+      w.Key("step"); w.Int64(r.step);
+      w.Key("restored_step"); w.Int64(r.restored_step);
+      w.Key("metric"); w.String(r.metric.c_str());
+      w.Key("value"); num(r.value);
+      w.Key("mean"); num(r.mean);
+      w.Key("zscore"); num(r.zscore);
+      w.Key("skipped_batches");
+      w.StartArray();
+      for (const auto& [epoch, batch] : r.skipped_batches) {
+        w.StartArray();
+        w.Int64(epoch);
+        w.Int64(batch);
+        w.EndArray();
+      }
+      w.EndArray();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   w.Key("parameters"); w.Int64(s.parameters);
   w.Key("memory_bytes");
   w.StartObject();

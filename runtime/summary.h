@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerorun/core/memory.h"
@@ -17,6 +18,16 @@ struct CollectiveBytes {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   double seconds = 0;  // time this rank's communicator spent executing these calls (OpStats::total_time_s)
+};
+
+// A loss-spike rollback (zerorun-train --spike_threshold): step `step` spiked, the run went back to the
+// checkpoint of `restored_step` and never trains on this rank's batches of that step again.
+struct SpikeRollback {
+  int64_t step = 0;
+  int64_t restored_step = 0;
+  std::string metric;                  // "loss" or "grad_norm"
+  double value = 0, mean = 0, zscore = 0;  // the spiking value, its window's mean, z-score (inf: not finite)
+  std::vector<std::pair<int64_t, int64_t>> skipped_batches;  // this rank's (epoch, batch) of that step
 };
 
 struct TrainSummary {
@@ -32,7 +43,8 @@ struct TrainSummary {
   int64_t micro_batch = 0;
   int64_t gradient_accumulation_steps = 1;
   int64_t seq_len = 0;
-  std::vector<double> losses;           // mean loss of each global step (over its micro-batches)
+  std::vector<double> losses;           // mean loss of each global step (over its micro-batches); after a
+                                        // rollback, of the steps kept (a rolled-back step's is in rollbacks)
   double final_loss = 0;
   double eval_loss = -1;                // zerorun-train --eval_batches: held-out loss of the final model (-1: none)
   int64_t eval_batches = 0;             // batches it was averaged over (0: no evaluation; eval_loss not written)
@@ -47,6 +59,8 @@ struct TrainSummary {
   double window_tokens_per_second = 0;  // this rank's tokens of those steps / their wall time
   double window_step_ms = 0;            // their mean wall time per step
   int64_t parameters = 0;               // model parameters (unique; tied counted once)
+  std::vector<SpikeRollback> rollbacks;  // in order (written only with a spike guard: spike_guard true)
+  bool spike_guard = false;
   MemoryAccount::Snapshot memory;       // by category; peak_total
   std::map<std::string, CollectiveBytes> comm_bytes;  // by collective name (all_reduce, ...)
   // The engine's timers, total milliseconds over the run: forward, backward, backward_allreduce (waiting

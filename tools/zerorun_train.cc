@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "zerorun/runtime/distributed.h"
 #include "zerorun/runtime/engine.h"
 #include "zerorun/runtime/engine_validate.h"
+#include "zerorun/runtime/spike_guard.h"
 #include "zerorun/runtime/summary.h"
 
 namespace zr = zerorun;
@@ -73,6 +76,14 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            --steps 20 runs 10 more. A launcher restart (--max_restarts) with
                            --load_dir = --save_dir resumes from the newest checkpoint
   --load_tag TAG           load this tag instead of latest
+  --spike_threshold Z      loss-spike rollback: a step whose loss or global gradient norm is more than Z
+                           standard deviations above the mean of the last --spike_window accepted steps
+                           (or is not finite) is undone: the run goes back to the last checkpoint
+                           (--save_dir, every --save_interval steps; both needed), never trains on that
+                           step's batches again and carries on (default 0: off)
+  --spike_window W         accepted steps the statistics cover (default 20; none judged before W)
+  --spike_max_rollbacks N  fail after N rollbacks in one run: spikes that skipping batches does not
+                           cure are not bad data (default 5)
   --save_16bit_model DIR   after training, save the model's weights (its dtype) to DIR/model.safetensors
                            (every rank takes part; ZeRO stage 3 needs
                            zero_optimization.stage3_gather_16bit_weights_on_model_save: true)
@@ -111,6 +122,8 @@ struct Args {
   std::string save_16bit_model;
   std::string save_dir, load_dir, load_tag;
   int64_t save_interval = 0;
+  double spike_threshold = 0;
+  int64_t spike_window = 20, spike_max_rollbacks = 5;
   int64_t log_every = 10;
   int64_t eval_batches = 0;
   std::string eval_data;
@@ -150,7 +163,8 @@ Args ParseArgs(int argc, char** argv) {
       {"--steps", {&a.steps, 1}},     {"--n_layer", {&a.n_layer, 1}}, {"--n_head", {&a.n_head, 1}},
       {"--d_model", {&a.d_model, 1}}, {"--seq_len", {&a.seq_len, 1}}, {"--vocab_size", {&a.vocab_size, 2}},
       {"--log_every", {&a.log_every, 1}}, {"--trace_steps", {&a.trace_steps, 0}},
-      {"--save_interval", {&a.save_interval, 1}}, {"--eval_batches", {&a.eval_batches, 0}}};
+      {"--save_interval", {&a.save_interval, 1}}, {"--eval_batches", {&a.eval_batches, 0}},
+      {"--spike_window", {&a.spike_window, 2}}, {"--spike_max_rollbacks", {&a.spike_max_rollbacks, 1}}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -188,6 +202,13 @@ Args ParseArgs(int argc, char** argv) {
       char* end = nullptr;
       a.dropout = std::strtof(v.c_str(), &end);
       if (v.empty() || *end != '\0' || a.dropout < 0 || a.dropout >= 1) UsageError("--dropout expects 0 <= p < 1");
+    } else if (arg == "--spike_threshold") {
+      std::string v = take();
+      char* end = nullptr;
+      a.spike_threshold = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(a.spike_threshold >= 0) || !std::isfinite(a.spike_threshold)) {
+        UsageError(zr::Format("--spike_threshold expects a number of standard deviations >= 0, got '{}'", v));
+      }
     } else if (strings.count(arg)) {
       *strings[arg] = take();
     } else if (ints.count(arg)) {
@@ -195,6 +216,9 @@ Args ParseArgs(int argc, char** argv) {
     } else {
       UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
+  }
+  if (a.spike_threshold > 0 && (a.save_dir.empty() || a.save_interval == 0)) {
+    UsageError("--spike_threshold needs --save_dir and --save_interval: the checkpoints a spike rolls back to");
   }
   if (a.window_last > a.steps) {
     UsageError(zr::Format("--profile_window {}:{} ends after the last step ({})", a.window_first, a.window_last, a.steps));
@@ -412,6 +436,17 @@ int Run(const Args& args) {
     }
   }
 
+  // Loss-spike rollback: the statistics, and the last checkpoint a spike can go back to.
+  std::optional<zr::runtime::SpikeGuard> guard;
+  if (args.spike_threshold > 0) {
+    zr::runtime::SpikeGuardOptions go;
+    go.threshold = args.spike_threshold;
+    go.window = args.spike_window;
+    guard.emplace(go);
+  }
+  std::string good_dir, good_tag;
+  int64_t good_step = -1;
+
   // Resume: the engine state, the sampler's cursor and the dropout RNG from the checkpoint.
   int64_t first_step = 0;
   if (!args.load_dir.empty()) {
@@ -423,6 +458,10 @@ int Run(const Args& args) {
     const double load_s = load_watch.ElapsedSeconds();
     if (r.loaded) {
       first_step = engine.global_steps();
+      good_dir = args.load_dir;
+      good_tag = r.tag;
+      good_step = first_step;
+      if (guard) guard->FromClientState(r.client_state_json, r.dir);  // the window as it was at the save
       if (rank == 0) {
         std::printf("resumed from %s at step %lld (loaded in %.3f s)\n", r.dir.c_str(), static_cast<long long>(first_step),
                     load_s);
@@ -434,9 +473,13 @@ int Run(const Args& args) {
   auto save = [&](int64_t step) {
     zr::runtime::SaveCheckpointOptions so;
     so.sampler = &sampler;
+    if (guard) so.client_state_json = guard->ToClientState();
     zr::Stopwatch save_watch;
     zr::runtime::SaveCheckpointResult r = engine.SaveCheckpoint(args.save_dir, so);
     const double save_s = save_watch.ElapsedSeconds();
+    good_dir = args.save_dir;
+    good_tag = r.tag;
+    good_step = step;
     if (rank == 0) {  // this rank's bytes; the save is a collective, so its time is every rank's
       std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s\n", r.dir.c_str(),
                   static_cast<long long>(step), static_cast<unsigned long long>(r.bytes_written), save_s);
@@ -451,13 +494,29 @@ int Run(const Args& args) {
     UsageError(zr::Format("--profile_window {}:{} starts at or before step {}, where this run resumed", args.window_first,
                           args.window_last, first_step));
   }
+  // Batches a spike rolled back, by (epoch, batch) of this rank's sampler: drawn and dropped.
+  std::set<std::pair<int64_t, int64_t>> skip;
+  std::vector<std::pair<int64_t, int64_t>> step_batches;  // this step's
+  auto next_batch = [&] {
+    for (;;) {
+      const zr::data::SamplerCursor c = sampler.cursor();
+      if (!skip.count({c.epoch, c.batch})) {
+        step_batches.emplace_back(c.epoch, c.batch);
+        return sampler.Next();
+      }
+      sampler.Next();
+      ZR_INFO("skipping batch {} of epoch {} (a spike rolled it back)", c.batch, c.epoch);
+    }
+  };
+  summary.spike_guard = guard.has_value();
   zr::Stopwatch wall;
   double window_start_s = 0, window_end_s = 0;
   for (int64_t step = first_step; step < args.steps; ++step) {
     if (step + 1 == args.window_first) window_start_s = wall.ElapsedSeconds();
     double loss_sum = 0;
+    step_batches.clear();
     for (int64_t m = 0; m < gas; ++m) {
-      zr::data::Batch b = sampler.Next();
+      zr::data::Batch b = next_batch();
       zr::Tensor x = ToTensor(b.inputs, b.B, b.T);  // b.B < micro batch: the last batch of an epoch
       zr::Tensor y = ToTensor(b.targets, b.B, b.T);
       loss_sum += engine.Forward(x, y);
@@ -466,6 +525,51 @@ int Run(const Args& args) {
     }
     double loss = loss_sum / static_cast<double>(gas);
     if (world > 1) comm->AllReduce(&loss, 1, zr::DType::kF64, zr::comm::ReduceOp::kAvg).Wait();
+    // Every rank judges the same all-reduced loss and global norm, so all decide alike. A step the
+    // engine skipped (fp16 overflow) changed nothing and is the loss scaler's business.
+    if (guard && engine.last_step().applied) {
+      const zr::runtime::SpikeVerdict v = guard->Judge(loss, engine.GetGlobalGradNorm());
+      if (!v.spike) {
+        guard->Accept(step + 1, loss, engine.GetGlobalGradNorm());
+      } else if (good_step < 0) {
+        if (rank == 0) {
+          ZR_WARN("step {}: {}; no checkpoint to roll back to yet (the first is saved at step {}): the step stays",
+                  step + 1, v.Describe(), args.save_interval);
+        }
+      } else {
+        if (static_cast<int64_t>(summary.rollbacks.size()) >= args.spike_max_rollbacks) {
+          ZR_THROW(zr::DataError, "step {}: {}; this run already rolled back {} time(s) (--spike_max_rollbacks): spikes "
+                   "that skipping batches does not cure are not one bad batch (lower the learning rate, or raise "
+                   "--spike_threshold / --spike_max_rollbacks)",
+                   step + 1, v.Describe(), summary.rollbacks.size());
+        }
+        zr::runtime::SpikeRollback rb;
+        rb.step = step + 1;
+        rb.restored_step = good_step;
+        rb.metric = v.metric;
+        rb.value = v.value;
+        rb.mean = v.mean;
+        rb.zscore = v.zscore;
+        rb.skipped_batches = step_batches;
+        for (const auto& eb : step_batches) skip.insert(eb);
+        zr::runtime::LoadCheckpointOptions lo;
+        lo.tag = good_tag;
+        lo.sampler = &sampler;
+        zr::runtime::LoadCheckpointResult r = engine.LoadCheckpoint(good_dir, lo);
+        ZR_CHECK(r.loaded && engine.global_steps() == good_step);
+        guard->FromClientState(r.client_state_json, r.dir);
+        if (rank == 0) {
+          std::printf("loss spike at step %lld: %s; rolled back to step %lld (%s); its %lld batch(es) per rank are skipped\n",
+                      static_cast<long long>(step + 1), v.Describe().c_str(), static_cast<long long>(good_step),
+                      r.dir.c_str(), static_cast<long long>(step_batches.size()));
+          std::fflush(stdout);
+        }
+        summary.rollbacks.push_back(std::move(rb));
+        summary.losses.resize(static_cast<size_t>(good_step - first_step));
+        step = good_step - 1;  // the loop's ++step resumes at the checkpoint's next step
+        continue;
+      }
+    }
     summary.losses.push_back(loss);
     if (step + 1 == args.window_last) window_end_s = wall.ElapsedSeconds();
     if (rank == 0 && ((step + 1) % args.log_every == 0 || step == 0 || step + 1 == args.steps)) {

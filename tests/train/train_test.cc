@@ -15,11 +15,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "zerorun/examples/gpt/gpt.h"
+#include "zerorun/runtime/data/dataset.h"
+#include "zerorun/runtime/data/sampler.h"
 #include "zerorun/runtime/model_io.h"
 #include "zerorun/runtime/safetensors.h"
 
@@ -565,6 +568,194 @@ TEST_CASE("zerorun-train --save_dir/--load_dir: 12 steps = 6 + save + a new proc
     CheckSameShards(d / "straight" / "global_step12", d / "resumed" / "global_step12", job.ranks);
     fs::remove_all(d);
   }
+}
+
+// Loss-spike rollback. The data: 3201 bytes of clean text (200 windows at T = 16) and one 17-byte
+// document of bytes the text never has (one window): the step that trains on it spikes (its grad norm
+// is over 14 sd above the last 20 steps' mean, clean steps stay under 5 at micro batch 4; measured).
+struct SpikeJob {
+  fs::path d;
+  std::string Cmd(int ranks, const std::string& args) const {
+    const std::string launch = ranks == 1 ? "" : "ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs " +
+                                                     std::to_string(ranks) + " --master_port " +
+                                                     std::to_string(FreePort()) + " ";
+    return launch + BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + " --data '" +
+           (d / "data" / "*.txt").string() + "' --n_layer 2 --n_head 2 --d_model 32 --seq_len 16 --log_every 10 " + args;
+  }
+  // The (epoch, batch) of rank `rank` (of `world`) that hold the poison window, epochs 0..2.
+  std::set<std::pair<int64_t, int64_t>> PoisonedBatches(int64_t micro, int rank, int world) const {
+    auto ds = zerorun::data::OpenByteTextFiles(zerorun::data::ExpandDataPaths((d / "data" / "*.txt").string()), 256);
+    zerorun::data::SamplerOptions so;
+    so.batch_size = micro;
+    so.seq_len = 16;
+    so.rank = rank;
+    so.world_size = world;
+    so.seed = 1234;  // zerorun-train's default --seed
+    zerorun::data::DistributedSampler sampler(*ds, so);
+    const int64_t poison = sampler.num_windows() - 1;  // the last document's only window
+    std::set<std::pair<int64_t, int64_t>> out;
+    for (int64_t e = 0; e < 3; ++e) {
+      for (int64_t b = 0; b < sampler.batches_per_epoch(); ++b) {
+        for (int64_t w : sampler.WindowsOfBatch(e, b)) {
+          if (w == poison) out.insert({e, b});
+        }
+      }
+    }
+    return out;
+  }
+};
+
+SpikeJob MakeSpikeJob(const std::string& name, const std::string& config) {
+  SpikeJob j{TempDir(name)};
+  fs::create_directories(j.d / "data");
+  WriteFile(j.d / "ds.json", config);
+  std::string text;
+  for (int i = 0; text.size() < 3201; ++i) text += "checkpoint " + std::to_string(i * 7919 % 1000) + " resumes; ";
+  WriteFile(j.d / "data" / "a_clean.txt", text.substr(0, 3201));
+  std::string poison;
+  for (int i = 0; i < 17; ++i) poison += static_cast<char>(0x80 + (i * 37) % 128);
+  WriteFile(j.d / "data" / "b_poison.txt", poison);
+  return j;
+}
+
+std::vector<std::pair<int64_t, int64_t>> SkippedBatches(const rapidjson::Document& summary) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& rb : summary["rollbacks"].GetArray()) {
+    for (const auto& eb : rb["skipped_batches"].GetArray()) out.emplace_back(eb[0].GetInt64(), eb[1].GetInt64());
+  }
+  return out;
+}
+
+std::vector<int64_t> RollbackSteps(const rapidjson::Document& summary, const char* key) {
+  std::vector<int64_t> out;
+  for (const auto& rb : summary["rollbacks"].GetArray()) out.push_back(rb[key].GetInt64());
+  return out;
+}
+
+TEST_CASE("zerorun-train --spike_threshold: a poisoned batch is rolled back to the last checkpoint and skipped, "
+          "bitwise equal to the same run checkpointing every step") {
+  SpikeJob job = MakeSpikeJob("spike", Config(4, 1));
+  const std::string guard = " --steps 120 --spike_threshold 8 --save_dir ";
+  Proc plain = Run(job.Cmd(1, "--steps 120 --summary " + (job.d / "plain.json").string()));
+  REQUIRE(plain.status == 0);
+  Proc every4 = Run(job.Cmd(1, guard + (job.d / "ck4").string() + " --save_interval 4 --summary " + (job.d / "g4.json").string()));
+  INFO(every4.output);
+  REQUIRE(every4.status == 0);
+  Proc every1 = Run(job.Cmd(1, guard + (job.d / "ck1").string() + " --save_interval 1 --summary " + (job.d / "g1.json").string()));
+  INFO(every1.output);
+  REQUIRE(every1.status == 0);
+  rapidjson::Document p = ReadJson(job.d / "plain.json"), g4 = ReadJson(job.d / "g4.json"), g1 = ReadJson(job.d / "g1.json");
+  CHECK(!p.HasMember("rollbacks"));  // no guard: the key is not written
+
+  // Which batches should be skipped, from the sampler alone: 50 batches per epoch; the run draws them in
+  // order and trains on all but the poisoned ones that come after the 20-step window has filled.
+  const auto poisoned = job.PoisonedBatches(4, 0, 1);
+  REQUIRE(poisoned.size() == 3);  // one per epoch
+  std::vector<std::pair<int64_t, int64_t>> expected;
+  for (int64_t g = 0, step = 0; step < 120; ++g) {
+    std::pair<int64_t, int64_t> eb{g / 50, g % 50};
+    if (poisoned.count(eb) && step + 1 > 20) {
+      expected.push_back(eb);
+    } else {
+      ++step;
+    }
+  }
+  REQUIRE(expected.size() >= 2);
+  CHECK(SkippedBatches(g4) == expected);
+  CHECK(SkippedBatches(g1) == expected);
+  // The same steps spiked; every-4 went back to the last multiple of 4, every-1 to the step before.
+  const std::vector<int64_t> spiked = RollbackSteps(g4, "step");
+  CHECK(RollbackSteps(g1, "step") == spiked);
+  for (size_t i = 0; i < spiked.size(); ++i) {
+    CHECK(RollbackSteps(g4, "restored_step")[i] == (spiked[i] - 1) / 4 * 4);
+    CHECK(RollbackSteps(g1, "restored_step")[i] == spiked[i] - 1);
+    CHECK(g4["rollbacks"][static_cast<rapidjson::SizeType>(i)]["zscore"].GetDouble() > 8);
+  }
+  const std::string first = "loss spike at step " + std::to_string(spiked[0]) + ": ";
+  CHECK(every4.output.find(first) != std::string::npos);
+  // Replaying steps from an older checkpoint changes nothing: losses and the final shards bitwise equal.
+  const std::vector<double> l4 = Losses(g4), l1 = Losses(g1), lp = Losses(p);
+  REQUIRE(l4.size() == 120);
+  CHECK(l4 == l1);
+  CheckSameShards(job.d / "ck4" / "global_step120", job.d / "ck1" / "global_step120", 1);
+  // Up to the first spike the guarded run is the plain one; from there it is not (it never saw the batch).
+  CHECK(std::vector<double>(lp.begin(), lp.begin() + spiked[0] - 1) == std::vector<double>(l4.begin(), l4.begin() + spiked[0] - 1));
+  CHECK(lp[static_cast<size_t>(spiked[0] - 1)] != l4[static_cast<size_t>(spiked[0] - 1)]);
+  CHECK(g4["steps"].GetInt64() == 120);
+
+  // More spikes than --spike_max_rollbacks allows: an error naming the step and the flag.
+  Proc capped = Run(job.Cmd(1, guard + (job.d / "ckc").string() + " --save_interval 4 --spike_max_rollbacks 1"));
+  INFO(capped.output);
+  CHECK(capped.status == 1);
+  CHECK(capped.output.find("step " + std::to_string(spiked[1]) + ": ") != std::string::npos);
+  CHECK(capped.output.find("already rolled back 1 time(s) (--spike_max_rollbacks)") != std::string::npos);
+  // No checkpoints to roll back to: refused before anything runs.
+  Proc refused = Run(job.Cmd(1, "--steps 5 --spike_threshold 8 --save_dir " + (job.d / "ckr").string()));
+  CHECK(refused.status == 2);
+  CHECK(refused.output.find("--spike_threshold needs --save_dir and --save_interval") != std::string::npos);
+  CHECK(Run(job.Cmd(1, "--steps 5 --spike_threshold -1")).status == 2);
+  CHECK(Run(job.Cmd(1, "--steps 5 --spike_window 1")).status == 2);
+  fs::remove_all(job.d);
+}
+
+TEST_CASE("zerorun-train --spike_threshold over UCX: 2 ranks at stage 2 with accumulation roll back together, "
+          "each skipping its own batches; a launcher restart restores the window and rolls back as the unbroken run") {
+  // Micro 1 x accumulation 2 x 2 ranks: the global batch of the 1-rank case above, so the poison is as
+  // loud (the all-reduced loss and the global norm are what every rank judges).
+  const std::string config = R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "zero_optimization": {"stage": 2}})";
+  SpikeJob job = MakeSpikeJob("spike2", config);
+  const std::string guard = " --steps 120 --spike_threshold 8 --save_dir ";
+  Proc a = Run(job.Cmd(2, guard + (job.d / "ck4").string() + " --save_interval 4 --summary " + (job.d / "a_{rank}.json").string()));
+  INFO(a.output);
+  REQUIRE(a.status == 0);
+  Proc b = Run(job.Cmd(2, guard + (job.d / "ck1").string() + " --save_interval 1 --summary " + (job.d / "b_{rank}.json").string()));
+  INFO(b.output);
+  REQUIRE(b.status == 0);
+  rapidjson::Document a0 = ReadJson(job.d / "a_0.json"), a1 = ReadJson(job.d / "a_1.json");
+  rapidjson::Document b0 = ReadJson(job.d / "b_0.json");
+  REQUIRE(a0["rollbacks"].Size() >= 2);
+  const std::vector<int64_t> spiked = RollbackSteps(a0, "step");
+  CHECK(RollbackSteps(a1, "step") == spiked);  // every rank decided alike
+  CHECK(RollbackSteps(b0, "step") == spiked);
+  // Each rank skipped its two micro-batches of each spiked step, and one rank's held the poison.
+  const auto s0 = SkippedBatches(a0), s1 = SkippedBatches(a1);
+  REQUIRE(s0.size() == 2 * spiked.size());
+  REQUIRE(s1.size() == s0.size());
+  const auto p0 = job.PoisonedBatches(1, 0, 2), p1 = job.PoisonedBatches(1, 1, 2);
+  for (size_t i = 0; i < spiked.size(); ++i) {
+    INFO("rollback " << i);
+    const bool on0 = p0.count(s0[2 * i]) || p0.count(s0[2 * i + 1]);
+    const bool on1 = p1.count(s1[2 * i]) || p1.count(s1[2 * i + 1]);
+    CHECK((on0 || on1));
+  }
+  const std::vector<double> la = Losses(a0);
+  REQUIRE(la.size() == 120);
+  CHECK(Losses(b0) == la);
+  CHECK(Losses(a1) == la);
+  CheckSameShards(job.d / "ck4" / "global_step120", job.d / "ck1" / "global_step120", 2);
+
+  // Rank 1 dies two steps before the first spike; the restarted job resumes from the checkpoint before
+  // it with the spike window that checkpoint stored, so it sees the same spike and ends as run a.
+  const int64_t kill_step = spiked[0] - 2;
+  const int64_t resumed_at = kill_step / 4 * 4;
+  const std::string dir = (job.d / "job").string();
+  std::string cmd = "ZERORUN_TRAIN_TEST_KILL=" + std::to_string(kill_step) + ":1 " +
+                    job.Cmd(2, guard + dir + " --save_interval 4 --load_dir " + dir + " --summary " +
+                                   (job.d / "c_{rank}.json").string());
+  cmd.replace(cmd.find("--num_procs"), 0, "--max_restarts 1 ");
+  Proc c = Run(cmd);
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  CHECK(c.output.find("restarting") != std::string::npos);
+  CHECK(c.output.find("resumed from") != std::string::npos);
+  rapidjson::Document c0 = ReadJson(job.d / "c_0.json");
+  CHECK(RollbackSteps(c0, "step") == spiked);
+  const std::vector<double> lc = Losses(c0);
+  REQUIRE(lc.size() == static_cast<size_t>(120 - resumed_at));
+  CHECK(std::vector<double>(la.begin() + resumed_at, la.end()) == lc);
+  CheckSameShards(job.d / "ck4" / "global_step120", fs::path(dir) / "global_step120", 2);
+  fs::remove_all(job.d);
 }
 
 TEST_CASE("zerorun-train --eval_batches: the final model's held-out loss, the same at 1 and 2 ranks, dropout off") {
