@@ -55,6 +55,31 @@ TEST_CASE("summary JSON carries every contract key") {
   CHECK(d["comm_bytes"]["all_reduce"]["bytes_sent"].GetInt64() == 6000);
   CHECK(d["comm_bytes"]["all_reduce"]["seconds"].GetDouble() == 0.25);
   CHECK(d["timers_ms"]["backward_allreduce"].GetDouble() == 12.5);
+  CHECK(!d.HasMember("rollbacks"));  // no spike guard
+  s.spike_guard = true;
+  CHECK(SummaryToJson(s).find("\"rollbacks\": []") != std::string::npos);
+  SpikeRollback rb;
+  rb.step = 37;
+  rb.restored_step = 36;
+  rb.metric = "loss";
+  rb.value = NAN;
+  rb.mean = 1.25;
+  rb.zscore = INFINITY;
+  rb.skipped_batches = {{0, 36}, {1, 2}};
+  s.rollbacks.push_back(rb);
+  rapidjson::Document r;
+  REQUIRE_FALSE(r.Parse(SummaryToJson(s).c_str()).HasParseError());
+  REQUIRE(r["rollbacks"].Size() == 1);
+  const auto& j = r["rollbacks"][0];
+  CHECK(j["step"].GetInt64() == 37);
+  CHECK(j["restored_step"].GetInt64() == 36);
+  CHECK(std::string(j["metric"].GetString()) == "loss");
+  CHECK(j["value"].IsNull());
+  CHECK(j["zscore"].IsNull());
+  CHECK(j["mean"].GetDouble() == 1.25);
+  REQUIRE(j["skipped_batches"].Size() == 2);
+  CHECK(j["skipped_batches"][1][0].GetInt64() == 1);
+  CHECK(j["skipped_batches"][1][1].GetInt64() == 2);
 }
 
 TEST_CASE("summary file is written whole and {rank} expands") {
