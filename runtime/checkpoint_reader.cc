@@ -322,7 +322,7 @@ const SafetensorsReader& CheckpointReader::Shard(int rank) {
 }
 
 void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t block_begin, uint64_t block_end,
-                                  uint64_t want_lo, uint64_t want_hi, char* out, DType out_dtype) {
+                                  uint64_t want_lo, uint64_t want_hi, char* out, DType out_dtype, bool hash) {
   const CheckpointChunk& c = ranks_.at(static_cast<size_t>(rank)).chunks.at(chunk);
   const SafetensorsReader& shard = Shard(rank);
   const uint64_t block = manifest_.checksum_block_bytes;
@@ -335,16 +335,16 @@ void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t
     const uint64_t a = std::max(lo, want_lo);
     const uint64_t b = std::min(hi, want_hi);
     // A block wholly wanted, stored as wanted, is read straight into the destination.
-    const bool direct = stored == out_dtype && a == lo && b == hi;
-    char* buf = out + (lo - want_lo);
+    const bool direct = out != nullptr && stored == out_dtype && a == lo && b == hi;
+    char* buf = direct ? out + (lo - want_lo) : nullptr;
     if (!direct) {
       staging_.resize(static_cast<size_t>(block));
       buf = staging_.data();
     }
     shard.ReadData(c.data_begin + lo, buf, static_cast<size_t>(hi - lo));
     stats_.bytes_read += hi - lo;
-    const uint64_t h = Xxh3(buf, static_cast<size_t>(hi - lo));
-    ++stats_.blocks_verified;
+    const uint64_t h = hash ? Xxh3(buf, static_cast<size_t>(hi - lo)) : c.hashes[k];
+    if (hash) ++stats_.blocks_verified;
     if (h != c.hashes[k]) {
       ZR_THROW(CheckpointError, "{} (rank {}): checksum mismatch in tensor '{}' slot '{}' (the chunk of elements [{}, "
                "{})), block {} of {} = file bytes [{}, {}): expected xxh3 {}, computed {}: the shard is corrupt; "
@@ -352,7 +352,7 @@ void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t
                c.offset + c.numel, k, c.hashes.size(), shard.data_begin() + c.data_begin + lo,
                shard.data_begin() + c.data_begin + hi, HashToHex(c.hashes[k]), HashToHex(h));
     }
-    if (direct) continue;
+    if (direct || out == nullptr) continue;
     const char* src = buf + (a - lo);
     char* dst = out + (a - want_lo) / in_size * out_size;
     if (stored == out_dtype) {
@@ -363,7 +363,13 @@ void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t
   }
 }
 
-void CheckpointReader::Read(const std::vector<CheckpointReadRequest>& requests) {
+void CheckpointReader::Read(const std::vector<CheckpointReadRequest>& requests, bool verified) {
+  Run(requests, verified ? Mode::kReadVerified : Mode::kRead);
+}
+
+void CheckpointReader::Verify(const std::vector<CheckpointReadRequest>& requests) { Run(requests, Mode::kVerify); }
+
+void CheckpointReader::Run(const std::vector<CheckpointReadRequest>& requests, Mode mode) {
   std::vector<PlanWant> wants;
   wants.reserve(requests.size());
   for (const CheckpointReadRequest& rq : requests) {
@@ -381,7 +387,7 @@ void CheckpointReader::Read(const std::vector<CheckpointReadRequest>& requests) 
       ZR_THROW(CheckpointError, "checkpoint {}: tensor '{}' slot '{}' is stored as {} and cannot be read as {}", dir_,
                rq.tensor, rq.slot, DTypeName(stored), DTypeName(rq.dst_dtype));
     }
-    if (rq.numel > 0 && !rq.dst) ZR_THROW(InvalidArgument, "checkpoint read of '{}' ({}): no destination", rq.tensor, rq.slot);
+    if (mode != Mode::kVerify && rq.numel > 0 && !rq.dst) ZR_THROW(InvalidArgument, "checkpoint read of '{}' ({}): no destination", rq.tensor, rq.slot);
     wants.push_back({it->second, rq.offset, rq.numel, 0});
   }
   for (const PlanRead& r : PlanReads(plans_, wants, manifest_.checksum_block_bytes)) {
@@ -389,8 +395,11 @@ void CheckpointReader::Read(const std::vector<CheckpointReadRequest>& requests) 
     const CheckpointReadRequest& rq = requests[r.want];
     const auto [rank, chunk] = sc.refs[r.chunk];
     const uint64_t want_lo = static_cast<uint64_t>(r.offset - sc.plan.chunks[r.chunk].offset) * sc.plan.elem_bytes;
-    char* out = static_cast<char*>(rq.dst) + static_cast<size_t>(r.dst_offset) * DTypeSize(rq.dst_dtype);
-    ReadBlocks(rank, chunk, sc.slot->dtype, r.block_begin, r.block_end, want_lo, want_lo + r.bytes, out, rq.dst_dtype);
+    char* out = mode == Mode::kVerify
+                    ? nullptr
+                    : static_cast<char*>(rq.dst) + static_cast<size_t>(r.dst_offset) * DTypeSize(rq.dst_dtype);
+    ReadBlocks(rank, chunk, sc.slot->dtype, r.block_begin, r.block_end, want_lo, want_lo + r.bytes, out, rq.dst_dtype,
+               mode != Mode::kReadVerified);
   }
 }
 
@@ -411,7 +420,6 @@ CheckpointVerifyReport VerifyCheckpoint(const std::string& dir, CheckpointEnv* e
   report.ranks = static_cast<int>(reader.ranks_.size());
   const uint64_t block = reader.manifest_.checksum_block_bytes;
   std::vector<bool> bad_rank(reader.ranks_.size(), false);
-  std::vector<char> sink;  // one block: memory stays bounded whatever the chunk sizes
   for (const CheckpointReader::SlotChunks& sc : reader.slots_) {
     for (const auto& [rank, chunk] : sc.refs) {
       if (bad_rank[static_cast<size_t>(rank)]) continue;
@@ -424,12 +432,11 @@ CheckpointVerifyReport VerifyCheckpoint(const std::string& dir, CheckpointEnv* e
       }
       const CheckpointChunk& c = reader.ranks_[static_cast<size_t>(rank)].chunks[chunk];
       const uint64_t bytes = c.data_end - c.data_begin;
-      sink.resize(static_cast<size_t>(std::min(bytes, block)));
       try {
         for (uint64_t k = 0; k < c.hashes.size(); ++k) {
           const uint64_t lo = k * block;
-          reader.ReadBlocks(rank, chunk, sc.slot->dtype, k, k + 1, lo, std::min(bytes, lo + block), sink.data(),
-                            sc.slot->dtype);
+          reader.ReadBlocks(rank, chunk, sc.slot->dtype, k, k + 1, lo, std::min(bytes, lo + block), nullptr,
+                            sc.slot->dtype, true);
         }
         ++report.chunks;
         report.bytes_verified += bytes;

@@ -87,7 +87,15 @@ class CheckpointReader {
   // checksum blocks, that hold the wanted elements; each block read is hashed and compared before its
   // bytes are used (CheckpointError naming the file, rank, tensor, slot and block on a mismatch;
   // the destination may then be partly written). Not thread-safe.
-  void Read(const std::vector<CheckpointReadRequest>& requests);
+  //
+  // `verified` true skips the hashing: for requests whose blocks Verify already checked through this
+  // reader (its shard files stay open, so the same bytes are read again — from the page cache when
+  // they fit there).
+  void Read(const std::vector<CheckpointReadRequest>& requests, bool verified = false);
+  // Reads and checks the blocks of every request as Read does, writing nothing (`dst` is ignored and
+  // may be null; one block-sized buffer is reused): a load can check everything it will apply before
+  // it changes anything, without holding the whole checkpoint in memory.
+  void Verify(const std::vector<CheckpointReadRequest>& requests);
   // The whole slot as a new CPU tensor of the tensor's global shape, in `dtype` (default: as stored).
   Tensor ReadTensor(std::string_view tensor, std::string_view slot, std::optional<DType> dtype = std::nullopt);
 
@@ -101,10 +109,13 @@ class CheckpointReader {
   void Open(std::vector<std::string>* problems);
   // The shard of `rank`, its header validated against the rank's index on first use.
   const SafetensorsReader& Shard(int rank);
-  // Reads the checksum blocks [block_begin, block_end) of one chunk, verifying each; the bytes of the
-  // chunk in [want_lo, want_hi) go to `out` (converted from the stored dtype to out_dtype).
+  // Reads the checksum blocks [block_begin, block_end) of one chunk, verifying each unless `hash` is
+  // false; the bytes of the chunk in [want_lo, want_hi) go to `out` (converted from the stored dtype to
+  // out_dtype), or nowhere when `out` is null.
   void ReadBlocks(int rank, size_t chunk, DType stored, uint64_t block_begin, uint64_t block_end, uint64_t want_lo,
-                  uint64_t want_hi, char* out, DType out_dtype);
+                  uint64_t want_hi, char* out, DType out_dtype, bool hash);
+  enum class Mode { kRead, kReadVerified, kVerify };
+  void Run(const std::vector<CheckpointReadRequest>& requests, Mode mode);
 
   std::string dir_;
   CheckpointEnv* env_;

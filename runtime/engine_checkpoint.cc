@@ -225,21 +225,22 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   const bool module_only = options.load_module_only;
   const bool want_optimizer = options.load_optimizer_states && !module_only;
 
-  // Phase 1, local: find, open, check and read everything this rank needs into host buffers.
+  // Phase 1, local: find, open and check everything, and read and verify (checksums) every byte this
+  // rank will apply, through one reused block buffer: nothing is staged, so a load needs no memory
+  // the size of the checkpoint (fresh memory costs its page faults: on this project's VMs they were
+  // most of a load's time).
   std::optional<std::string> dir;
   std::unique_ptr<CheckpointReader> reader;
   TrainingState saved;
-  struct ParamLoad {
-    int id;
-    Tensor values;  // this rank's local copy (model dtype, host)
+  // What each read request fills in phase 2: parameter `id`'s local copy (slot < 0), or the piece of
+  // a state slot.
+  struct Apply {
+    int id = -1;
+    int slot = -1;
+    Piece piece{};
   };
-  struct StateLoad {
-    int slot;
-    Piece piece;
-    std::vector<float> values;
-  };
-  std::vector<ParamLoad> params;
-  std::vector<StateLoad> states;
+  std::vector<CheckpointReadRequest> requests;
+  std::vector<Apply> applies;
   std::string error;
   try {
     CheckpointEnv& env = options.env ? *options.env : CheckpointEnv::Posix();
@@ -262,28 +263,23 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
         ZR_THROW(CheckpointError, "checkpoint {} holds no data sampler state (it was saved without a sampler), but a "
                  "sampler was given to restore", *dir);
       }
-      std::vector<CheckpointReadRequest> requests;
       // Per id: the extents of this rank's master and state.
       std::vector<std::vector<Piece>> extents(impl_->param_id.size());
       for (const zero::StateExtent& e : strategy.StateExtents()) {
         extents[static_cast<size_t>(e.param)].push_back({e.param_offset, e.numel, e.group, e.partition_offset});
       }
-      params.reserve(impl_->param_id.size());
-      size_t state_count = 0;
-      for (const auto& ex : extents) state_count += ex.size() * slot_names.size();
-      states.reserve(state_count);
       for (nn::Parameter* p : model_.Parameters()) {
         const CheckpointTensor* t = m.FindTensor(p->name());
         if (!t) continue;  // not strict: left as it is
         const int id = impl_->param_id.at(p);
         zero::Range el;
-        Tensor local = strategy.LocalParameter(id, &el);
+        strategy.LocalParameter(id, &el);
         if (!t->FindSlot(kSlotParam)) {
           ZR_THROW(CheckpointError, "checkpoint {}: tensor '{}' has no '{}' slot", *dir, p->name(), kSlotParam);
         }
         if (!el.empty()) {
-          params.push_back({id, Tensor::Empty({el.size()}, model_dtype_, Device::CPU(), MemCategory::kOther)});
-          requests.push_back({p->name(), kSlotParam, el.begin, el.size(), params.back().values.data(), model_dtype_});
+          applies.push_back({id, -1, {}});
+          requests.push_back({p->name(), kSlotParam, el.begin, el.size(), nullptr, model_dtype_});
         }
         for (const Piece& pc : extents[static_cast<size_t>(id)]) {
           for (size_t k = 0; k < slot_names.size(); ++k) {
@@ -298,12 +294,12 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
               ZR_THROW(CheckpointError, "checkpoint {}: tensor '{}' has no optimizer slot '{}' (saved frozen, or by "
                        "another optimizer)", *dir, p->name(), source);
             }
-            states.push_back({static_cast<int>(k), pc, std::vector<float>(static_cast<size_t>(pc.numel))});
-            requests.push_back({p->name(), source, pc.param_offset, pc.numel, states.back().values.data(), DType::kF32});
+            applies.push_back({id, static_cast<int>(k), pc});
+            requests.push_back({p->name(), source, pc.param_offset, pc.numel, nullptr, DType::kF32});
           }
         }
       }
-      reader->Read(requests);
+      reader->Verify(requests);
       if (!module_only) {
         // Fit checks of the step state that need no change yet.
         if (saved.loss_scaler) {
@@ -340,7 +336,8 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
     return result;
   }
 
-  // Phase 2: apply. Nothing below reads the checkpoint, and everything was checked above.
+  // Phase 2: apply. Everything was checked above; the bytes verified there are read again through the
+  // same open files (from the page cache when they fit) in chunks of one reused buffer.
   if (!module_only) {
     // The two that may still refuse (another data set or seed, another module tree) go first, while
     // nothing of the engine has changed; they refuse alike on every rank.
@@ -355,15 +352,47 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
       }
     }
   }
-  for (const ParamLoad& pl : params) {
-    zero::Range el;
-    strategy.LocalParameter(pl.id, &el).CopyFrom(pl.values);
+  // Only a read failing between the two phases (the disk failing within this call) can stop it now;
+  // every rank then says the engine is partly loaded.
+  try {
+    constexpr int64_t kChunkBytes = int64_t{8} << 20;
+    Tensor buffer;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const CheckpointReadRequest& rq = requests[i];
+      const Apply& ap = applies[i];
+      const int64_t chunk = kChunkBytes / static_cast<int64_t>(DTypeSize(rq.dst_dtype));
+      if (!buffer.defined() || buffer.dtype() != rq.dst_dtype) {
+        buffer = Tensor::Empty({chunk}, rq.dst_dtype, Device::CPU(), MemCategory::kOther);
+      }
+      for (int64_t off = 0; off < rq.numel; off += chunk) {
+        const int64_t n = std::min(chunk, rq.numel - off);
+        CheckpointReadRequest part = rq;
+        part.offset += off;
+        part.numel = n;
+        part.dst = buffer.data();
+        reader->Read({part}, /*verified=*/true);
+        if (ap.slot < 0) {
+          zero::Range el;
+          strategy.LocalParameter(ap.id, &el).View(off, {n}).CopyFrom(buffer.View(0, {n}));
+        } else {
+          const int64_t at = ap.piece.partition_offset + off;
+          zero::WriteState(store, ap.slot, ap.piece.group, {at, at + n}, buffer.data_as<float>());
+        }
+      }
+    }
+    store.Flush();
+    error.clear();
+  } catch (const Error& e) {
+    error = e.what();
   }
-  for (const StateLoad& sl : states) {
-    zero::WriteState(store, sl.slot, sl.piece.group, {sl.piece.partition_offset, sl.piece.partition_offset + sl.piece.numel},
-                     sl.values.data());
+  const std::vector<std::string> apply_errors = AgreeOnErrors(*comm_, error);
+  for (const std::string& e : apply_errors) {
+    if (!e.empty()) {
+      ThrowAgreed(apply_errors, Format("{}: a read failed after the checkpoint was verified; this engine's weights and "
+                                       "optimizer state are now PARTLY loaded: load a checkpoint again before training",
+                                       what));
+    }
   }
-  store.Flush();
   strategy.ParametersChanged();  // collective (stage 3 re-gathers its persistent parameters)
   if (!module_only) {
     if (want_optimizer) impl_->optimizer->LoadScalars(saved.optimizer_scalars);

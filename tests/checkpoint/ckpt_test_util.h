@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,10 @@ struct SimulatedCrash : std::exception {
 //   fail_append      Append to a path containing `fail_path` fails with `fail_errno` once
 //                    `fail_after_bytes` bytes went to that file, after writing what fits (a short
 //                    write);
+//   fail_read_after_bytes  a file opened for reading whose path contains `fail_read_path` fails its
+//                    reads with EIO (IoError) once it has given that many bytes (each opened file
+//                    counts its own);
+//   fail_reread      such a file fails (EIO) a read at an offset it has already read from;
 //   fail_op          the first op for which fail_op(name, path) is true fails with fail_errno (names:
 //                    "create", "append", "sync", "close", "rename", "exchange", "mkdir", "syncdir",
 //                    "remove").
@@ -247,6 +252,9 @@ class FaultEnv final : public CheckpointEnv {
   int fail_errno = ENOSPC;
   int64_t fail_after_bytes = -1;
   std::function<bool(const std::string& op, const std::string& path)> fail_op;
+  std::string fail_read_path;
+  int64_t fail_read_after_bytes = -1;
+  bool fail_reread = false;
 
   int64_t ops() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -290,7 +298,9 @@ class FaultEnv final : public CheckpointEnv {
   }
   std::unique_ptr<ReadableFile> NewReadableFile(const std::string& path) override {
     CheckCrashed();
-    return posix_.NewReadableFile(path);
+    auto f = posix_.NewReadableFile(path);
+    if ((fail_read_after_bytes < 0 && !fail_reread) || !Contains(path, fail_read_path)) return f;
+    return std::make_unique<ReadFile>(this, std::move(f));
   }
   FileStat Stat(const std::string& path) override {
     CheckCrashed();
@@ -392,6 +402,32 @@ class FaultEnv final : public CheckpointEnv {
     std::unique_ptr<WritableFile> f_;
     std::string path_;
     uint64_t written_ = 0;
+  };
+
+  class ReadFile final : public ReadableFile {
+   public:
+    ReadFile(FaultEnv* env, std::unique_ptr<ReadableFile> f) : env_(env), f_(std::move(f)) {}
+    uint64_t size() const override { return f_->size(); }
+    void ReadAt(uint64_t offset, void* dst, size_t bytes) const override {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        read_bytes_ += bytes;
+        const bool over = env_->fail_read_after_bytes >= 0 && read_bytes_ > static_cast<uint64_t>(env_->fail_read_after_bytes);
+        const bool again = env_->fail_reread && !offsets_.insert(offset).second;
+        if (over || again) {
+          ZR_THROW(IoError, "{}", ErrnoMessage(Format("read of {} bytes at {} of {}", bytes, offset, path()), EIO));
+        }
+      }
+      f_->ReadAt(offset, dst, bytes);
+    }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    FaultEnv* env_;
+    std::unique_ptr<ReadableFile> f_;
+    mutable std::mutex mu_;
+    mutable uint64_t read_bytes_ = 0;
+    mutable std::set<uint64_t> offsets_;
   };
 
   void CheckCrashed() {

@@ -292,4 +292,66 @@ TEST_CASE("checkpoint engine: a flipped byte in one rank's shard fails the load 
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint engine: a read error while verifying leaves the engine unchanged; one after it (while applying) "
+          "fails every rank saying the engine is PARTLY loaded") {
+  const fs::path dir = TempDir("engine_api_readfail");
+  ResumeCase c;
+  c.world = 2;
+  c.stage = 2;
+  c.dropout = 0;
+  c.dtype = DType::kF32;
+  c.data = WriteTextCorpus(dir).string();
+  RunSegment(c, 0, 3, "", (dir / "ck").string());
+  // A read of rank 1's shard failing in the verifying pass (past a quarter of it: rank 1 reads all of
+  // it there), or failing the second read of any offset, which only the pass that applies makes.
+  const int64_t shard_bytes =
+      static_cast<int64_t>(fs::file_size(dir / "ck" / "global_step3" / "rank00001.safetensors"));
+  for (const bool while_applying : {false, true}) {
+    INFO("while applying: " << while_applying);
+    std::atomic<int> failed{0};
+    std::mutex mu;
+    std::vector<std::string> messages;
+    FaultEnv env;
+    env.fail_read_path = "rank00001.safetensors";
+    if (while_applying) {
+      env.fail_reread = true;
+    } else {
+      env.fail_read_after_bytes = shard_bytes / 4;
+    }
+    comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+      gpt::Gpt model(ResumeGpt(c));
+      model.Initialize(7);
+      Engine engine(model, ResumeConfig(c, 2), comm);
+      const std::vector<float> before = zrtest::FlatParameters(engine);
+      LoadCheckpointOptions lo;
+      lo.env = &env;
+      try {
+        engine.LoadCheckpoint((dir / "ck").string(), lo);
+      } catch (const CheckpointError& e) {
+        ++failed;
+        std::lock_guard<std::mutex> lock(mu);
+        messages.push_back(e.what());
+      }
+      CHECK(engine.global_steps() == 0);
+      if (!while_applying) CHECK(zrtest::FlatParameters(engine) == before);
+    });
+    CHECK(failed == 2);
+    for (const std::string& m : messages) {
+      INFO(m);
+      CHECK(m.find("rank00001.safetensors") != std::string::npos);
+      CHECK(m.find("Input/output error") != std::string::npos);
+      CHECK((m.find("PARTLY loaded") != std::string::npos) == while_applying);
+    }
+  }
+  // The same checkpoint loads when the disk behaves.
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Engine engine(model, ResumeConfig(c, 2), comm);
+    CHECK(engine.LoadCheckpoint((dir / "ck").string()).loaded);
+    CHECK(engine.global_steps() == 3);
+  });
+  fs::remove_all(dir);
+}
+
 }  // TEST_SUITE
