@@ -173,6 +173,12 @@ class Engine {
   // foreign checkpoint throws CheckpointError on every rank and leaves the engine unchanged. A
   // collective, between accumulation windows (or before the first Forward).
   LoadCheckpointResult LoadCheckpoint(const std::string& load_dir, const LoadCheckpointOptions& options = {});
+  // Waits for an asynchronous save (SaveCheckpointOptions::async, checkpoint.writer.decoupled) to be
+  // durable and published (`latest` written), and returns what it wrote (bytes_written: this rank's);
+  // nullopt when none is pending. The background write's error is thrown here, every rank alike
+  // (IoError). A collective: every rank calls it. For a job that must know its checkpoint is on disk
+  // before it goes on (exiting, uploading it, deleting an older one).
+  std::optional<SaveCheckpointResult> WaitForCheckpoint();
 
   // ---- state ---------------------------------------------------------------------------------
   int64_t global_steps() const { return global_steps_; }

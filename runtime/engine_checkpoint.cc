@@ -207,6 +207,13 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   return {w.dir, w.tag, w.bytes_written};
 }
 
+std::optional<SaveCheckpointResult> Engine::WaitForCheckpoint() {
+  if (!impl_->pending_save) return std::nullopt;
+  ScopedTimer timer(timers_, "save_checkpoint");
+  CheckpointWriteResult w = FinishPendingSave(*comm_, impl_->pending_save);
+  return SaveCheckpointResult{w.dir, w.tag, w.bytes_written};
+}
+
 // ---- load ------------------------------------------------------------------------------------------
 
 LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const LoadCheckpointOptions& options) {
@@ -352,8 +359,8 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
       }
     }
   }
-  // Only a read failing between the two phases (the disk failing within this call) can stop it now;
-  // every rank then says the engine is partly loaded.
+  // Only an I/O error can stop it now (a read failing between the two phases, or the state store's
+  // own write-back); every rank then says the engine is partly loaded.
   try {
     constexpr int64_t kChunkBytes = int64_t{8} << 20;
     Tensor buffer;
@@ -388,8 +395,9 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   const std::vector<std::string> apply_errors = AgreeOnErrors(*comm_, error);
   for (const std::string& e : apply_errors) {
     if (!e.empty()) {
-      ThrowAgreed(apply_errors, Format("{}: a read failed after the checkpoint was verified; this engine's weights and "
-                                       "optimizer state are now PARTLY loaded: load a checkpoint again before training",
+      ThrowAgreed(apply_errors, Format("{}: applying it failed after it was verified (a read of the checkpoint or a "
+                                       "write into the state store); this engine's weights and optimizer state are "
+                                       "now PARTLY loaded: load a checkpoint again before training",
                                        what));
     }
   }

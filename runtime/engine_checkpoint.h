@@ -29,9 +29,10 @@ struct SaveCheckpointOptions {
   CheckpointEnv* env = nullptr;
   // Asynchronous save (DeepSpeed's checkpoint.writer.decoupled): what this rank writes is copied to
   // host memory, the files are written on a background thread, and the call returns (its
-  // bytes_written is 0). The next SaveCheckpoint or LoadCheckpoint, or the engine's destruction,
-  // first waits for every rank's files and only then writes `latest`; an error of the background
-  // write is thrown from that next call (every rank alike). `env` must outlive the write.
+  // bytes_written is 0). Engine::WaitForCheckpoint, the next SaveCheckpoint or LoadCheckpoint, or the
+  // engine's destruction first waits for every rank's files and only then writes `latest`; an error
+  // of the background write is thrown from that next call (every rank alike). `env` must outlive the
+  // write.
   bool async = false;
 };
 

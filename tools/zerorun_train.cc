@@ -444,7 +444,7 @@ int Run(const Args& args) {
     go.window = args.spike_window;
     guard.emplace(go);
   }
-  std::string good_dir, good_tag;
+  std::string good_dir;  // the checkpoint directory itself (<dir>/<tag>)
   int64_t good_step = -1;
 
   // Resume: the engine state, the sampler's cursor and the dropout RNG from the checkpoint.
@@ -458,8 +458,7 @@ int Run(const Args& args) {
     const double load_s = load_watch.ElapsedSeconds();
     if (r.loaded) {
       first_step = engine.global_steps();
-      good_dir = args.load_dir;
-      good_tag = r.tag;
+      good_dir = r.dir;
       good_step = first_step;
       if (guard) guard->FromClientState(r.client_state_json, r.dir);  // the window as it was at the save
       if (rank == 0) {
@@ -477,8 +476,7 @@ int Run(const Args& args) {
     zr::Stopwatch save_watch;
     zr::runtime::SaveCheckpointResult r = engine.SaveCheckpoint(args.save_dir, so);
     const double save_s = save_watch.ElapsedSeconds();
-    good_dir = args.save_dir;
-    good_tag = r.tag;
+    good_dir = r.dir;
     good_step = step;
     if (rank == 0) {  // this rank's bytes; the save is a collective, so its time is every rank's
       std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s\n", r.dir.c_str(),
@@ -552,8 +550,7 @@ int Run(const Args& args) {
         rb.zscore = v.zscore;
         rb.skipped_batches = step_batches;
         for (const auto& eb : step_batches) skip.insert(eb);
-        zr::runtime::LoadCheckpointOptions lo;
-        lo.tag = good_tag;
+        zr::runtime::LoadCheckpointOptions lo;  // no tag: good_dir is the checkpoint itself
         lo.sampler = &sampler;
         zr::runtime::LoadCheckpointResult r = engine.LoadCheckpoint(good_dir, lo);
         ZR_CHECK(r.loaded && engine.global_steps() == good_step);

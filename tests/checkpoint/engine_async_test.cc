@@ -1,10 +1,12 @@
 // Engine::SaveCheckpoint with SaveCheckpointOptions::async on 2 ranks: the files are those of a
 // synchronous save of the same step, byte for byte, although training goes on (and changes the
 // parameters) while they are written; `latest` appears only once the write is finished; a write that
-// fails in the background is thrown from the next call and leaves `latest` on the previous tag.
+// fails in the background is thrown from the next call (or from WaitForCheckpoint) and leaves `latest`
+// on the previous tag.
 #include <doctest/doctest.h>
 
 #include <mutex>
+#include <optional>
 
 #include "tests/checkpoint/engine_ckpt_util.h"
 
@@ -130,6 +132,68 @@ TEST_CASE("checkpoint engine async save: disk full in the background write is th
   CHECK_FALSE(fs::exists(dir / "ck" / "global_step4"));
   CHECK_FALSE(fs::exists(dir / "ck" / "global_step5"));
   for (const auto& e : fs::directory_iterator(dir / "ck")) CHECK(!IsCheckpointTemporary(e.path().filename().string()));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint engine async save: WaitForCheckpoint publishes it and returns what was written, nullopt "
+          "when none is pending, and throws a background write's error on every rank") {
+  const fs::path dir = TempDir("engine_async_wait");
+  ResumeCase c = TwoRanks(dir);
+  const std::string ck = (dir / "ck").string();
+  FaultEnv env;
+  env.fail_path = "rank00000.safetensors";
+  env.fail_after_bytes = 200;
+  env.fail_errno = ENOSPC;
+  std::mutex mu;
+  std::vector<std::string> errors(2);
+  std::vector<uint64_t> written(2, 0);
+  std::vector<bool> latest_after_wait(2, false), none_pending(2, false), none_after_error(2, false);
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Engine engine(model, ResumeConfig(c, 2), comm);
+    const bool nothing = !engine.WaitForCheckpoint().has_value();
+    TrainSteps(engine, c, comm.rank(), 0, 2);
+    SaveCheckpointOptions so;
+    so.async = true;
+    CHECK(engine.SaveCheckpoint(ck, so).bytes_written == 0);
+    std::optional<SaveCheckpointResult> r = engine.WaitForCheckpoint();
+    REQUIRE(r.has_value());
+    const bool latest = ReadBytes(fs::path(ck) / "latest") == "global_step2";  // on return, on every rank
+    CHECK(r->tag == "global_step2");
+    CHECK(r->dir == (fs::path(ck) / "global_step2").string());
+    CHECK(!engine.WaitForCheckpoint().has_value());  // the same save is not waited for twice
+    TrainSteps(engine, c, comm.rank(), 2, 2);
+    so.env = &env;
+    engine.SaveCheckpoint(ck, so);  // rank 0's shard hits ENOSPC in the background
+    std::string e;
+    try {
+      engine.WaitForCheckpoint();
+    } catch (const IoError& x) {
+      e = x.what();
+    }
+    const bool none = !engine.WaitForCheckpoint().has_value();  // the failed save is over
+    std::lock_guard<std::mutex> lock(mu);
+    const size_t me = static_cast<size_t>(comm.rank());
+    errors[me] = e;
+    written[me] = r->bytes_written;
+    latest_after_wait[me] = latest;
+    none_pending[me] = nothing;
+    none_after_error[me] = none;
+  });
+  CHECK(none_pending == std::vector<bool>{true, true});
+  CHECK(latest_after_wait == std::vector<bool>{true, true});
+  CHECK(none_after_error == std::vector<bool>{true, true});
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const std::string shard = (fs::path(ck) / "global_step2" / (r == 0 ? "rank00000.safetensors" : "rank00001.safetensors")).string();
+    CHECK(written[r] > fs::file_size(shard));  // its shard and its index
+    INFO(errors[r]);
+    CHECK(Contains(errors[r], "rank 0"));
+    CHECK(Contains(errors[r], "No space left on device"));
+  }
+  CHECK(ReadBytes(dir / "ck" / "latest") == "global_step2");
+  CHECK_FALSE(fs::exists(dir / "ck" / "global_step4"));
   fs::remove_all(dir);
 }
 
