@@ -391,7 +391,9 @@ CheckpointWriteResult WriteCheckpointImpl(comm::Communicator& comm, const Checkp
       std::string snapshot_error;
       try {
         for (size_t i = 0; i < contents.chunks.size(); ++i) {
-          pending->data.push_back(contents.fetch(i).Clone(MemCategory::kOther));
+          Tensor t = contents.fetch(i);
+          const bool copy = contents.fetch_is_copy && contents.fetch_is_copy(i);
+          pending->data.push_back(copy ? std::move(t) : t.Clone(MemCategory::kOther));
         }
       } catch (const std::exception& e) {
         snapshot_error = std::string(1, kIoError) + e.what();

@@ -69,6 +69,10 @@ struct CheckpointContents {
   // chunks[i].numel elements (any shape), valid until the next call. Lets a caller stream state that
   // is not resident (acquire a sub-group, hand it out, release it).
   std::function<Tensor(size_t i)> fetch;
+  // Optional: true when fetch(i) returned a tensor that nothing else references or will change (a
+  // fresh copy the caller made): an asynchronous save keeps it as its snapshot instead of cloning it
+  // again. Unset: every chunk is cloned.
+  std::function<bool(size_t i)> fetch_is_copy;
 };
 
 struct CheckpointWriteResult {

@@ -9,8 +9,9 @@
 // parameters at stages 0-2) each rank writes an even 1/W slice, so the save is spread over all ranks.
 // Loading reads, at any world size and stage, the ranges this rank holds: its local parameter copy
 // (the whole parameter at stages 0-2, its shard at stage 3) and its extents of master and state.
-// Everything is read and verified into host buffers before any live state changes, and the ranks
-// agree on errors first, so a bad checkpoint throws on every rank and leaves the engine as it was.
+// Every byte to apply is read and its checksum verified before any live state changes, and the ranks
+// agree on errors first, so a bad checkpoint throws on every rank and leaves the engine as it was;
+// the verified bytes are then read again (page cache) into the engine, chunk by chunk.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -184,6 +185,9 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
                     buffer.data_as<float>());
     return buffer;
   };
+  // State pieces come back as fresh copies (a new buffer each call): an asynchronous save keeps them as
+  // they are. Parameter pieces are views of the engine's own copy (or a device-to-host copy).
+  contents.fetch_is_copy = [&](size_t i) { return sources[i].slot >= 0; };
 
   CheckpointWriteOptions wo;
   wo.save_dir = save_dir;

@@ -507,6 +507,7 @@ int Run(const Args& args) {
     }
   };
   summary.spike_guard = guard.has_value();
+  int64_t steps_run = 0;  // steps executed, rolled-back and replayed ones included (for tokens/s)
   zr::Stopwatch wall;
   double window_start_s = 0, window_end_s = 0;
   for (int64_t step = first_step; step < args.steps; ++step) {
@@ -521,6 +522,7 @@ int Run(const Args& args) {
       engine.Backward();
       engine.Step();
     }
+    ++steps_run;
     double loss = loss_sum / static_cast<double>(gas);
     if (world > 1) comm->AllReduce(&loss, 1, zr::DType::kF64, zr::comm::ReduceOp::kAvg).Wait();
     // Every rank judges the same all-reduced loss and global norm, so all decide alike. A step the
@@ -570,7 +572,7 @@ int Run(const Args& args) {
     summary.losses.push_back(loss);
     if (step + 1 == args.window_last) window_end_s = wall.ElapsedSeconds();
     if (rank == 0 && ((step + 1) % args.log_every == 0 || step == 0 || step + 1 == args.steps)) {
-      double tps = static_cast<double>(tokens_per_step_rank * world * (step + 1 - first_step)) / wall.ElapsedSeconds();
+      double tps = static_cast<double>(tokens_per_step_rank * world * steps_run) / wall.ElapsedSeconds();
       std::printf("step %5lld/%lld | loss %.4f%s | lr %.3g | scale %g | grad norm %.3f | %.0f tokens/s%s\n",
                   static_cast<long long>(step + 1), static_cast<long long>(args.steps), loss,
                   FloorText(" (floor %.4f)", entropy_floor).c_str(),
@@ -613,7 +615,7 @@ int Run(const Args& args) {
   summary.loss_scale = engine.loss_scale();
   summary.lr = engine.GetLr().front();
   summary.grad_norm = engine.GetGlobalGradNorm();
-  summary.tokens_per_second = static_cast<double>(tokens_per_step_rank * (args.steps - first_step)) / seconds;
+  summary.tokens_per_second = static_cast<double>(tokens_per_step_rank * steps_run) / seconds;
   summary.wall_seconds = seconds;
   if (args.window_first > 0) {
     const int64_t n = args.window_last - args.window_first + 1;

@@ -7,7 +7,8 @@
 # with --sync_file_range=write:8 (writeback started every 8 MiB, as zerorun's writer does), and reads
 # it back the same way; the page cache is dropped before every load and every fio read (root), so both read the disk.
 #   bench/ckpt/run.sh [build-dir] [dir on the disk to measure (default /var/tmp)] [rounds (default 3)]
-# Installs fio when missing (Debian, root or sudo).
+# Also the time an asynchronous save (checkpoint.writer.decoupled) blocks training against the synchronous
+# save. Installs fio when missing (Debian, root or sudo).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../../build}" && pwd)
@@ -29,13 +30,26 @@ cat > "$work/ds.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
  "zero_optimization": {"stage": 0}}
 JSON
+# The same job with DeepSpeed's decoupled writer: every save asynchronous (the call returns after the
+# snapshot into host memory; the files are written in the background).
+python3 - "$work/ds.json" "$work/ds_async.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["checkpoint"] = {"writer": {"decoupled": True}}
+json.dump(c, open(sys.argv[2], "w"))
+PY
 model=(--n_layer 6 --d_model 768 --n_head 12 --seq_len 32 --vocab_size 256 --log_every 1)
 echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; disk: $(df -hT "$base" | awk 'NR==2 {print $2, $1}') at $base"
 echo "# fio $(fio --version); page cache dropped before reads: $([[ $drop == 1 ]] && echo yes || echo 'no (not root): reads may come from the cache')"
 results=$work/results.txt
 : > "$results"
 for round in $(seq "$rounds"); do
-  rm -rf "$work/ck" "$work/fio"
+  rm -rf "$work/ck" "$work/cka" "$work/fio"
+  # The time an asynchronous save blocks training (the save call), against the synchronous one below.
+  out=$("$train" --deepspeed_config "$work/ds_async.json" "${model[@]}" --steps 1 --save_dir "$work/cka" 2>&1)
+  line=$(grep -m1 '^saved checkpoint' <<< "$out") || { echo "$out" | tail -5; exit 1; }
+  async_s=$(sed -E 's/.*bytes, ([0-9.]+) s.*/\1/' <<< "$line")
+  [[ -f $work/cka/latest ]] || { echo "run.sh: the asynchronous save left no latest" >&2; exit 1; }
+  rm -rf "$work/cka"
   out=$("$train" --deepspeed_config "$work/ds.json" "${model[@]}" --steps 1 --save_dir "$work/ck" 2>&1)
   line=$(grep -m1 '^saved checkpoint' <<< "$out") || { echo "$out" | tail -5; exit 1; }
   bytes=$(sed -E 's/.*wrote ([0-9]+) bytes.*/\1/' <<< "$line")
@@ -58,8 +72,8 @@ for round in $(seq "$rounds"); do
   dropcache
   fr=$(fio --name=ckpt --directory="$work/fio" --rw=read --bs=1M --size="$total" --ioengine=psync --direct=0 \
            --output-format=json | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
-  echo "$round $bytes $total $save_s $fw $load_s $fr" >> "$results"
-  echo "round $round: checkpoint $total bytes (rank 0 wrote $bytes); save $save_s s, fio write $(python3 -c "print(f'{$fw/1e9:.3f}')") GB/s; load $load_s s, fio read $(python3 -c "print(f'{$fr/1e9:.3f}')") GB/s"
+  echo "$round $bytes $total $save_s $fw $load_s $fr $async_s" >> "$results"
+  echo "round $round: checkpoint $total bytes (rank 0 wrote $bytes); save $save_s s (async: blocked $async_s s), fio write $(python3 -c "print(f'{$fw/1e9:.3f}')") GB/s; load $load_s s, fio read $(python3 -c "print(f'{$fr/1e9:.3f}')") GB/s"
 done
 python3 - "$results" <<'PY'
 import statistics, sys
@@ -69,6 +83,8 @@ load = [r[2] / r[5] for r in rows]; fr = [r[6] for r in rows]
 med = statistics.median
 print(f"save: zerorun {med(save)/1e9:.3f} GB/s, fio write {med(fw)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(save, fw)]):.2f} (median of {len(rows)} interleaved rounds)")
 print(f"load: zerorun {med(load)/1e9:.3f} GB/s, fio read  {med(fr)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(load, fr)]):.2f}")
+print(f"async save: training blocked {med([r[7] for r in rows]):.3f} s against {med([r[3] for r in rows]):.3f} s for the synchronous save, "
+      f"ratio {med([r[7] / r[3] for r in rows]):.2f}")
 print("zerorun's figures are the checkpoint directory's bytes over the whole SaveCheckpoint / LoadCheckpoint call "
       "(gathering, checksums, fsyncs, the manifest and latest; the load also verifies and scatters into the engine)")
 PY
