@@ -251,6 +251,12 @@ class FaultEnv final : public CheckpointEnv {
   std::string fail_path;
   int fail_errno = ENOSPC;
   int64_t fail_after_bytes = -1;
+  // A full disk for files whose path contains `path`, after `after` bytes of each.
+  void DiskFullAfter(const std::string& path, int64_t after) {
+    fail_path = path;
+    fail_after_bytes = after;
+    fail_errno = ENOSPC;
+  }
   std::function<bool(const std::string& op, const std::string& path)> fail_op;
   std::string fail_read_path;
   int64_t fail_read_after_bytes = -1;

@@ -96,9 +96,7 @@ TEST_CASE("checkpoint engine async save: disk full in the background write is th
   ResumeCase c = TwoRanks(dir);
   const std::string ck = (dir / "ck").string();
   FaultEnv env;
-  env.fail_path = "rank00001.safetensors";
-  env.fail_after_bytes = 200;
-  env.fail_errno = ENOSPC;
+  env.DiskFullAfter("rank00001.safetensors", 200);
   std::mutex mu;
   std::vector<std::string> errors(2);
   comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
@@ -141,9 +139,7 @@ TEST_CASE("checkpoint engine async save: WaitForCheckpoint publishes it and retu
   ResumeCase c = TwoRanks(dir);
   const std::string ck = (dir / "ck").string();
   FaultEnv env;
-  env.fail_path = "rank00000.safetensors";
-  env.fail_after_bytes = 200;
-  env.fail_errno = ENOSPC;
+  env.DiskFullAfter("rank00000.safetensors", 200);
   std::mutex mu;
   std::vector<std::string> errors(2);
   std::vector<uint64_t> written(2, 0);

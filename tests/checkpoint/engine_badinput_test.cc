@@ -107,9 +107,7 @@ TEST_CASE("checkpoint engine bad input: disk full during a save fails on every r
   RunSegment(c, 0, 2, "", (dir / "ck").string());
   const std::string before = ReadBytes(dir / "ck" / "global_step2" / "rank00000.safetensors");
   FaultEnv env;
-  env.fail_path = "rank00001.safetensors";
-  env.fail_after_bytes = 200;
-  env.fail_errno = ENOSPC;
+  env.DiskFullAfter("rank00001.safetensors", 200);
   std::mutex mu;
   std::vector<std::string> errors(2);
   comm::RunLocalRanks(2, [&](comm::Communicator& comm) {

@@ -317,9 +317,7 @@ TEST_CASE("checkpoint save: disk full on one rank is an IoError on every rank an
   WriteSynthetic(m, Layout::kPerParam, 3, Options(d, "global_step1"), 1);
   const auto before = Snapshot(d);
   FaultEnv env;
-  env.fail_path = "rank00001.safetensors";
-  env.fail_after_bytes = 1000;  // a short write, then ENOSPC
-  env.fail_errno = ENOSPC;
+  env.DiskFullAfter("rank00001.safetensors", 1000);  // a short write, then ENOSPC
   std::vector<std::string> errors = SaveErrors<IoError>(3, [&](comm::Communicator& comm) {
     Tensor held;
     WriteCheckpoint(comm, Options(d, "global_step2", &env), Contents(m, Layout::kPerParam, 3, comm.rank(), &held, 2));

@@ -582,6 +582,15 @@ struct SpikeJob {
     return launch + BinDir() + "/zerorun-train --deepspeed_config " + (d / "ds.json").string() + " --data '" +
            (d / "data" / "*.txt").string() + "' --n_layer 2 --n_head 2 --d_model 32 --seq_len 16 --log_every 10 " + args;
   }
+  // A guarded 120-step run checkpointing to d/<ckpt> every `interval` steps, its summary to d/<summary>;
+  // the run must succeed.
+  Proc Guarded(int ranks, int interval, const std::string& ckpt, const std::string& summary) const {
+    Proc p = Run(Cmd(ranks, "--steps 120 --spike_threshold 8 --save_dir " + (d / ckpt).string() + " --save_interval " +
+                                std::to_string(interval) + " --summary " + (d / summary).string()));
+    INFO(p.output);
+    REQUIRE(p.status == 0);
+    return p;
+  }
   // The (epoch, batch) of rank `rank` (of `world`) that hold the poison window, epochs 0..2.
   std::set<std::pair<int64_t, int64_t>> PoisonedBatches(int64_t micro, int rank, int world) const {
     auto ds = zerorun::data::OpenByteTextFiles(zerorun::data::ExpandDataPaths((d / "data" / "*.txt").string()), 256);
@@ -638,12 +647,8 @@ TEST_CASE("zerorun-train --spike_threshold: a poisoned batch is rolled back to t
   const std::string guard = " --steps 120 --spike_threshold 8 --save_dir ";
   Proc plain = Run(job.Cmd(1, "--steps 120 --summary " + (job.d / "plain.json").string()));
   REQUIRE(plain.status == 0);
-  Proc every4 = Run(job.Cmd(1, guard + (job.d / "ck4").string() + " --save_interval 4 --summary " + (job.d / "g4.json").string()));
-  INFO(every4.output);
-  REQUIRE(every4.status == 0);
-  Proc every1 = Run(job.Cmd(1, guard + (job.d / "ck1").string() + " --save_interval 1 --summary " + (job.d / "g1.json").string()));
-  INFO(every1.output);
-  REQUIRE(every1.status == 0);
+  Proc every4 = job.Guarded(1, 4, "ck4", "g4.json");
+  job.Guarded(1, 1, "ck1", "g1.json");
   rapidjson::Document p = ReadJson(job.d / "plain.json"), g4 = ReadJson(job.d / "g4.json"), g1 = ReadJson(job.d / "g1.json");
   CHECK(!p.HasMember("rollbacks"));  // no guard: the key is not written
 
@@ -706,12 +711,8 @@ TEST_CASE("zerorun-train --spike_threshold over UCX: 2 ranks at stage 2 with acc
       "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "zero_optimization": {"stage": 2}})";
   SpikeJob job = MakeSpikeJob("spike2", config);
   const std::string guard = " --steps 120 --spike_threshold 8 --save_dir ";
-  Proc a = Run(job.Cmd(2, guard + (job.d / "ck4").string() + " --save_interval 4 --summary " + (job.d / "a_{rank}.json").string()));
-  INFO(a.output);
-  REQUIRE(a.status == 0);
-  Proc b = Run(job.Cmd(2, guard + (job.d / "ck1").string() + " --save_interval 1 --summary " + (job.d / "b_{rank}.json").string()));
-  INFO(b.output);
-  REQUIRE(b.status == 0);
+  job.Guarded(2, 4, "ck4", "a_{rank}.json");
+  job.Guarded(2, 1, "ck1", "b_{rank}.json");
   rapidjson::Document a0 = ReadJson(job.d / "a_0.json"), a1 = ReadJson(job.d / "a_1.json");
   rapidjson::Document b0 = ReadJson(job.d / "b_0.json");
   REQUIRE(a0["rollbacks"].Size() >= 2);
