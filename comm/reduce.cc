@@ -2,10 +2,13 @@
 // fp32 in blocks with core's bulk converters (F16C when present).
 #include "zerorun/comm/reduce.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
+#include "zerorun/core/cpu_features.h"
 #include "zerorun/core/error.h"
 
 namespace zerorun::comm {
@@ -124,7 +127,7 @@ void FinishFromAccum(void* out, const void* in_acc, size_t n, DType dtype, Reduc
   float f[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     size_t m = std::min(kBlock, n - i);
-    std::memcpy(f, static_cast<const float*>(in_acc) + i, m * sizeof(float));
+    CopyBytes(f, static_cast<const float*>(in_acc) + i, m * sizeof(float));
     ScaleAvg(f, m, op, divisor);
     FromF32(f, dtype, static_cast<uint16_t*>(out) + i, m);
   }
@@ -136,6 +139,56 @@ void ToAccum(void* out_acc, const void* in, size_t n, DType dtype) {
     return;
   }
   ToF32(in, dtype, static_cast<float*>(out_acc), n);
+}
+
+namespace {
+
+// 64 bytes per iteration with explicit vector moves (a plain loop could be turned back into memcpy).
+void CopySse2(char* d, const char* s, size_t n) {
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+}
+
+__attribute__((target("avx2"))) void CopyAvx2(char* d, const char* s, size_t n) {
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+}
+
+}  // namespace
+
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (bytes < 4096 || (d < s + bytes && s < d + bytes)) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  static const bool avx2 = GetCpuFeatures().avx2;
+  if (avx2) {
+    CopyAvx2(d, s, bytes);
+  } else {
+    CopySse2(d, s, bytes);
+  }
 }
 
 }  // namespace zerorun::comm

@@ -27,4 +27,11 @@ void FinishFromAccum(void* out, const void* in_acc, size_t n, DType dtype, Reduc
 // out (AccumType(dtype)) = in (dtype).
 void ToAccum(void* out_acc, const void* in, size_t n, DType dtype);
 
+// memmove that does not use `rep movsb` for large copies. glibc on AMD uses rep movsb for copies from
+// 2 KiB up to the L2 size. On this project's AMD VMs that ran 3-4x slower than vector moves into and out
+// of the shared-memory segment: an all-gather of 256 KiB over 2 ranks got 2.2 GB/s busbw against 6.5 with
+// vector moves (zerorun-bench, GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold raised). Copies below
+// 4 KiB, and overlapping ones, go to std::memmove.
+void CopyBytes(void* dst, const void* src, size_t bytes);
+
 }  // namespace zerorun::comm

@@ -290,7 +290,7 @@ void ShmGroup::AllReduceOneShot(const void* send, void* recv, size_t count, DTyp
   for (size_t first = 0; first < count; first += per) {
     const size_t m = std::min(per, count - first);
     const int s = AcquireSlot(live);
-    std::memcpy(Slot(rank_, s), in + first * es, m * es);
+    CopyBytes(Slot(rank_, s), in + first * es, m * es);
     WaitAll(Publish(), live);
     for (int p = 0; p < size_; ++p) srcs[static_cast<size_t>(p)] = Slot(p, s);
     FoldTree(out + first * es, srcs.data(), m, dt, op);
@@ -322,7 +322,7 @@ void ShmGroup::Columns(Mode mode, const void* send, void* recv, size_t count, DT
     char* mine = Slot(r, s);
     for (int c = 0; c < n; ++c) {  // position r is read by this rank only: straight from the input
       const size_t m = SegLen(c, k);
-      if (m && c != r) std::memcpy(mine + static_cast<size_t>(c) * seg * es, in + (Off(c) + k * seg) * es, m * es);
+      if (m && c != r) CopyBytes(mine + static_cast<size_t>(c) * seg * es, in + (Off(c) + k * seg) * es, m * es);
     }
     WaitAll(Publish(), live);
     // This rank's chunk: the ring's order, rank r+1 first, this rank last.
@@ -344,13 +344,13 @@ void ShmGroup::Columns(Mode mode, const void* send, void* recv, size_t count, DT
       continue;
     }
     const bool gather = mode == Mode::kAllReduce || r == root;
-    if (m && dst != mine + pos && mode == Mode::kAllReduce) std::memcpy(mine + pos, dst, m * es);
+    if (m && dst != mine + pos && mode == Mode::kAllReduce) CopyBytes(mine + pos, dst, m * es);
     WaitAll(Publish(), live);
     if (gather) {
       for (int i = 1; i < n; ++i) {
         const int p = Mod(r + i, n);
         const size_t mp = SegLen(p, k);
-        if (mp) std::memcpy(out + (Off(p) + k * seg) * es, Slot(p, s) + static_cast<size_t>(p) * seg * es, mp * es);
+        if (mp) CopyBytes(out + (Off(p) + k * seg) * es, Slot(p, s) + static_cast<size_t>(p) * seg * es, mp * es);
       }
     }
     ReleaseSlot(s, Publish());
@@ -379,15 +379,15 @@ void ShmGroup::AllGather(const void* send, void* recv, size_t send_count, DType 
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   char* own_out = out + static_cast<size_t>(r) * send_count * es;
-  if (own_out != in) std::memmove(own_out, in, send_count * es);
+  if (own_out != in) CopyBytes(own_out, in, send_count * es);
   for (size_t first = 0; first < send_count; first += seg) {
     const size_t m = std::min(seg, send_count - first);
     const int s = AcquireSlot(live);
-    std::memcpy(Slot(r, s), own_out + first * es, m * es);
+    CopyBytes(Slot(r, s), own_out + first * es, m * es);
     WaitAll(Publish(), live);
     for (int i = 1; i < n; ++i) {
       const int p = Mod(r + i, n);
-      std::memcpy(out + (static_cast<size_t>(p) * send_count + first) * es, Slot(p, s), m * es);
+      CopyBytes(out + (static_cast<size_t>(p) * send_count + first) * es, Slot(p, s), m * es);
     }
     ReleaseSlot(s, Publish());
   }
@@ -400,11 +400,11 @@ void ShmGroup::Broadcast(void* buf, size_t count, DType dt, int root, const Live
   for (size_t first = 0; first < count; first += seg) {
     const size_t m = std::min(seg, count - first);
     const int s = AcquireSlot(live);
-    if (rank_ == root) std::memcpy(Slot(root, s), data + first * es, m * es);
+    if (rank_ == root) CopyBytes(Slot(root, s), data + first * es, m * es);
     const uint32_t staged = Publish();
     if (rank_ != root) {
       WaitOne(root, staged, live);
-      std::memcpy(data + first * es, Slot(root, s), m * es);
+      CopyBytes(data + first * es, Slot(root, s), m * es);
     }
     ReleaseSlot(s, Publish());
   }

@@ -50,7 +50,7 @@ void UcxCommunicator::CopyLocal(OpDesc& op) {
       }
       return;
     case OpType::kAllGather:
-      if (bytes && op.send != op.recv) std::memmove(op.recv, op.send, bytes);
+      if (bytes && op.send != op.recv) CopyBytes(op.recv, op.send, bytes);
       return;
     default:
       return;
@@ -86,7 +86,7 @@ void UcxCommunicator::Ring(OpDesc& op, RingMode mode) {
   if (mode == RingMode::kReduceScatter) work = work_.Get(count * static_cast<size_t>(n) * es);
   if (mode == RingMode::kAllGather && count) {
     char* mine = work + SegOff(r, 0);
-    if (mine != src) std::memmove(mine, src, count * es);
+    if (mine != src) CopyBytes(mine, src, count * es);
   }
 
   // ---- all-gather phase ----
