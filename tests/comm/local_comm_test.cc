@@ -197,9 +197,10 @@ TEST_CASE("local: set_timeout bounds later ops and later splits, not the ones th
         float v = 1;
         if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(700));
         comm.AllReduce(&v, 1, DType::kF32, ReduceOp::kSum).Wait();  // 0.7 s late: fine under 60 s
-        comm.set_timeout(Millis(250));
-        auto sub = comm.Split(0, comm.rank());
-        CHECK(sub->timeout() == Millis(250));
+        comm.set_timeout(Millis(20000));
+        auto sub = comm.Split(0, comm.rank());  // under the parent's new timeout, which it inherits
+        CHECK(sub->timeout() == Millis(20000));
+        sub->set_timeout(Millis(250));  // only the op rank 1 skips is bounded this tightly
         if (comm.rank() == 1) {  // skips the next all-reduce, its communicators alive past the timeout
           std::this_thread::sleep_for(std::chrono::milliseconds(1500));
           return;
