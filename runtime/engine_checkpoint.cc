@@ -392,7 +392,6 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
       }
     }
     store.Flush();
-    error.clear();
   } catch (const Error& e) {
     error = e.what();
   }
