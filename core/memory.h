@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -36,7 +37,10 @@ const char* MemCategoryName(MemCategory c);
 // Inverse of MemCategoryName; throws InvalidArgument.
 MemCategory ParseMemCategory(std::string_view name);
 
-class MemoryAccount {
+// An account owned by a shared_ptr (make_shared) is kept alive by the storages charged to it, so a
+// tensor that outlives its owner (a parameter's view into a destroyed engine's buffer) releases into
+// live memory; one on the stack must outlive its storages.
+class MemoryAccount : public std::enable_shared_from_this<MemoryAccount> {
  public:
   struct Snapshot {
     std::array<int64_t, kNumMemCategories> current{};

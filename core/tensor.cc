@@ -39,6 +39,7 @@ std::shared_ptr<Storage> Storage::AllocateWith(Allocator& allocator, size_t byte
   s->category_ = category;
   s->allocator_ = &allocator;
   s->account_ = account != nullptr ? account : &MemoryAccount::Current();
+  s->account_owner_ = s->account_->weak_from_this().lock();
   s->account_->Charge(category, static_cast<int64_t>(bytes));
   return s;
 }

@@ -53,6 +53,7 @@ class Storage {
   MemCategory category_ = MemCategory::kOther;
   Allocator* allocator_ = nullptr;  // nullptr: not owned
   MemoryAccount* account_ = nullptr;
+  std::shared_ptr<MemoryAccount> account_owner_;  // keeps a shared account alive; empty for others
 };
 
 class Tensor {

@@ -169,12 +169,12 @@ Engine::Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Commu
       comm_owner_(std::move(comm)),
       comm_(comm_owner_.get()),
       options_(std::move(options)),
-      account_(options_.name) {
+      account_(std::make_shared<MemoryAccount>(options_.name)) {
   InitOrUndo();
 }
 
 Engine::Engine(nn::LossModule& model, Config config, comm::Communicator& comm, EngineOptions options)
-    : model_(model), config_(std::move(config)), comm_(&comm), options_(std::move(options)), account_(options_.name) {
+    : model_(model), config_(std::move(config)), comm_(&comm), options_(std::move(options)), account_(std::make_shared<MemoryAccount>(options_.name)) {
   InitOrUndo();
 }
 
@@ -231,7 +231,7 @@ Engine::~Engine() {
 
 void Engine::Init() {
   ZR_CHECK(comm_ != nullptr, "Engine needs a communicator");
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   impl_ = std::make_unique<Impl>();
   impl_->device = comm_->device();
   kernels::KernelDeviceScope kernel_scope(impl_->device);
@@ -336,7 +336,7 @@ Tensor OnDevice(const Tensor& t, Device device) {
 }
 
 float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "forward");
   ScopedTrace trace(ActiveTracer());
@@ -363,7 +363,7 @@ float Engine::Forward(const Tensor& inputs, const Tensor& targets) {
 
 void Engine::Backward() {
   if (!forward_pending_) ZR_THROW(InvalidArgument, "Engine::Backward without a preceding Forward");
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "backward");
   ScopedTrace trace(ActiveTracer());
@@ -416,7 +416,7 @@ void Engine::ZeroGrad() {
 }
 
 StepResult Engine::Step() {
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   StepResult r;
   if (IsGradientAccumulationBoundary()) {
@@ -462,7 +462,7 @@ void Engine::Impl::VisitFullParameters(zero::ParamCoordinator::Purpose purpose,
 }
 
 std::vector<Tensor> Engine::GatherParameters() {
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   std::vector<Tensor> out;
   impl_->VisitFullParameters(zero::ParamCoordinator::Purpose::kGatherParameters, model_.Parameters(),

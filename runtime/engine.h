@@ -215,7 +215,7 @@ class Engine {
   // Parameters of the model (unique; tied counted once), trainable or not.
   int64_t num_parameters() const { return num_parameters_; }
   // Bytes this engine (and the model driven through it) holds, by category.
-  MemoryAccount& memory() { return account_; }
+  MemoryAccount& memory() { return *account_; }
   // Milliseconds by name: forward, backward, backward_allreduce (waiting for gradient reductions after
   // backward), step, allgather (waiting for parameter gathers after the update), reduce_wait (the part
   // of backward spent reducing gradient buckets synchronously, "overlap_comm": false, or waiting for
@@ -267,7 +267,7 @@ class Engine {
   std::shared_ptr<comm::Communicator> comm_owner_;
   comm::Communicator* comm_;
   EngineOptions options_;
-  MemoryAccount account_;
+  std::shared_ptr<MemoryAccount> account_;  // shared: the model's parameter views may outlive the engine
   Timers timers_;
   DType model_dtype_ = DType::kF32;
   std::vector<ParamGroup> groups_;

@@ -80,7 +80,7 @@ CheckpointWriteResult FinishPendingSave(comm::Communicator& comm, std::shared_pt
 }
 
 SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const SaveCheckpointOptions& options) {
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   ScopedTimer timer(timers_, "save_checkpoint");
   if (forward_pending_ || micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) != 0) {
     ZR_THROW(InvalidArgument, "SaveCheckpoint({}): called inside a gradient accumulation window (micro step {} of "
@@ -222,7 +222,7 @@ std::optional<SaveCheckpointResult> Engine::WaitForCheckpoint() {
 
 LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const LoadCheckpointOptions& options) {
   if (impl_->pending_save) FinishPendingSave(*comm_, impl_->pending_save);
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   ScopedTimer timer(timers_, "load_checkpoint");
   if (forward_pending_ || micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) != 0) {
     ZR_THROW(InvalidArgument, "LoadCheckpoint({}): called inside a gradient accumulation window (micro step {} of "

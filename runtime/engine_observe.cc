@@ -133,7 +133,7 @@ std::string Engine::WriteTrace() {
 
 void Engine::NoteMemory(const char* point) {
   if (!config_.memory_breakdown || !IsGradientAccumulationBoundary()) return;
-  (point[0] == 'f' ? impl_->mem_after_forward : impl_->mem_after_backward) = account_.CurrentTotal();
+  (point[0] == 'f' ? impl_->mem_after_forward : impl_->mem_after_backward) = account_->CurrentTotal();
 }
 
 void Engine::WriteMonitorEvents(const StepResult& r) {
@@ -152,8 +152,8 @@ void Engine::WriteMonitorEvents(const StepResult& r) {
     ZR_INFO("memory_breakdown step {}: total after forward {}, after backward {}, after step {} (peak {}) | {}",
             global_steps_, FormatBytes(static_cast<double>(impl_->mem_after_forward)),
             FormatBytes(static_cast<double>(impl_->mem_after_backward)),
-            FormatBytes(static_cast<double>(account_.CurrentTotal())),
-            FormatBytes(static_cast<double>(account_.PeakTotal())), account_.Summary());
+            FormatBytes(static_cast<double>(account_->CurrentTotal())),
+            FormatBytes(static_cast<double>(account_->PeakTotal())), account_->Summary());
   }
   if (impl_->monitors.empty()) return;
   const int64_t x = global_samples_;
@@ -173,10 +173,10 @@ void Engine::WriteMonitorEvents(const StepResult& r) {
   }
   for (int c = 0; c < kNumMemCategories; ++c) {
     const auto cat = static_cast<MemCategory>(c);
-    if (account_.Peak(cat) == 0) continue;
-    events.push_back({Format("Train/Samples/memory_MiB/{}", MemCategoryName(cat)), account_.Current(cat) / kMiB, x});
+    if (account_->Peak(cat) == 0) continue;
+    events.push_back({Format("Train/Samples/memory_MiB/{}", MemCategoryName(cat)), account_->Current(cat) / kMiB, x});
   }
-  events.push_back({"Train/Samples/peak_memory_MiB", account_.PeakTotal() / kMiB, x});
+  events.push_back({"Train/Samples/peak_memory_MiB", account_->PeakTotal() / kMiB, x});
   for (int op = 0; op < comm::kNumOpTypes; ++op) {
     if (stats.by_op[op].calls == 0) continue;
     events.push_back({Format("Train/Samples/comm_bytes/{}", comm::OpTypeName(static_cast<comm::OpType>(op))),

@@ -44,7 +44,7 @@ bool Engine::Save16BitModel(const std::string& save_dir, const std::string& file
     }
     return false;
   }
-  ScopedMemoryAccount scope(&account_);
+  ScopedMemoryAccount scope(account_.get());
   kernels::KernelDeviceScope kernel_scope(impl_->device);
   ScopedTimer timer(timers_, "save_16bit_model");
 

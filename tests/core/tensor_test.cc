@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -78,6 +79,24 @@ TEST_CASE("storage release returns bytes to the account; peaks stay") {
   acct.ResetPeaks();
   CHECK(acct.PeakTotal() == 0);
   CHECK(acct.Summary().find("nvme 1.00 MiB") != std::string::npos);
+}
+
+TEST_CASE("a shared account lives as long as the storages charged to it") {
+  auto acct = std::make_shared<zr::MemoryAccount>("engine");
+  std::weak_ptr<zr::MemoryAccount> alive = acct;
+  zr::Tensor kept;
+  {
+    zr::ScopedMemoryAccount scope(acct.get());
+    kept = zr::Tensor::Zeros({16}, zr::DType::kF32, zr::Device::CPU(), zr::MemCategory::kParams);
+    zr::Tensor freed = zr::Tensor::Zeros({8}, zr::DType::kF32, zr::Device::CPU(), zr::MemCategory::kGrads);
+  }
+  CHECK(acct->Current(zr::MemCategory::kParams) == 64);
+  CHECK(acct->Current(zr::MemCategory::kGrads) == 0);
+  acct.reset();  // the owner (an engine) is gone; its parameter view is not
+  REQUIRE_FALSE(alive.expired());
+  CHECK(alive.lock()->Current(zr::MemCategory::kParams) == 64);
+  kept = zr::Tensor();  // releases into the live account, which then goes
+  CHECK(alive.expired());
 }
 
 TEST_CASE("accounting is exact under concurrent allocation from many threads") {
