@@ -187,8 +187,9 @@ void VisitOtherSections(ConfigVisitor& v, ConfigBody& c) {
       {"hybrid_engine", &FeatureSwitches::hybrid_engine},
       {"autotuning", &FeatureSwitches::autotuning},
   };
-  for (const auto& [key, member] : kSwitched) {
-    VisitSection(v, {.key = key, .doc = "DeepSpeed feature switched by enabled", .lenient = true}, c.switches,
+  for (const auto& entry : kSwitched) {
+    bool FeatureSwitches::*member = entry.second;  // a structured binding cannot be captured before clang 16
+    VisitSection(v, {.key = entry.first, .doc = "DeepSpeed feature switched by enabled", .lenient = true}, c.switches,
                  [member](ConfigVisitor& v, FeatureSwitches& s) {
                    v.Bool({.key = "enabled", .doc = "the feature's switch"}, s.*member);
                    v.AcceptRest("the section's other keys follow its switch");
