@@ -118,7 +118,7 @@ TEST_CASE("accounting is exact under concurrent allocation from many threads") {
   CHECK_THROWS_AS(zr::ParseMemCategory("weights"), zr::InvalidArgument);
 }
 
-TEST_CASE("the host allocator reuses large blocks and aligns them to huge pages") {
+TEST_CASE("the host allocator reuses mid-size and large blocks, large ones aligned to huge pages") {
   zr::Allocator& alloc = zr::GetAllocator(zr::Device::CPU());
   alloc.EmptyCache();
   size_t bytes = (size_t{6} << 20) + 123;
@@ -133,6 +133,22 @@ TEST_CASE("the host allocator reuses large blocks and aligns them to huge pages"
   alloc.Deallocate(q, bytes);
   alloc.EmptyCache();
   CHECK(alloc.CachedBytes() == 0);
+  // Mid-size blocks (activations of a small model) are cached by size class: eight per power of two.
+  const size_t mid = (size_t{100} << 10) + 5;  // class of 64 KiB .. 128 KiB in 8 KiB steps: 104 KiB
+  void* m = alloc.Allocate(mid);
+  CHECK(reinterpret_cast<uintptr_t>(m) % 4096 == 0);
+  static_cast<char*>(m)[mid - 1] = 1;
+  alloc.Deallocate(m, mid);
+  CHECK(alloc.CachedBytes() == (size_t{104} << 10));
+  void* m2 = alloc.Allocate((size_t{104} << 10) - 1);  // another size of the same class
+  CHECK(m2 == m);
+  CHECK(alloc.CachedBytes() == 0);
+  void* m3 = alloc.Allocate((size_t{104} << 10) + 1);  // the next class: not that block
+  CHECK(m3 != m);
+  alloc.Deallocate(m2, (size_t{104} << 10) - 1);
+  alloc.Deallocate(m3, (size_t{104} << 10) + 1);
+  CHECK(alloc.CachedBytes() == (size_t{104} << 10) + (size_t{112} << 10));
+  alloc.EmptyCache();
   void* small = alloc.Allocate(100);
   CHECK(reinterpret_cast<uintptr_t>(small) % 64 == 0);
   alloc.Deallocate(small, 100);
