@@ -225,6 +225,7 @@ void BiasAdd(void* out, DType out_type, const void* bias, DType bias_type, int64
 // Column blocks, each summed over all rows in fp32 in row order: deterministic for any thread count.
 void BiasBackward(void* dbias, DType dbias_type, const void* dout, DType dout_type, int64_t N, int64_t C) {
   constexpr int64_t kCols = 256;
+  const VecOps& vec = Vec();
   ParallelFor(0, (C + kCols - 1) / kCols, 1, [&](int64_t b, int64_t e) {
     float acc[kCols];
     float* row = Scratch(kScratchA, kCols);
@@ -238,7 +239,7 @@ void BiasBackward(void* dbias, DType dbias_type, const void* dout, DType dout_ty
         } else {
           LoadRow(dout, dout_type, i * C + j0, row, w);
         }
-        for (int64_t j = 0; j < w; ++j) acc[j] += r[j];
+        vec.add(acc, acc, r, w);  // the ISA's vector add (this file is compiled for the base ISA)
       }
       float* old = Scratch(kScratchB, kCols);
       LoadRow(dbias, dbias_type, j0, old, w);
