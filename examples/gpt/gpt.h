@@ -34,9 +34,10 @@ struct GptConfig {
   DType dtype = DType::kF32;      // parameters and activations (fp32 accumulation everywhere)
   int32_t ignore_index = -100;    // targets equal to this do not count
   nn::MlpActivation activation = nn::MlpActivation::kGeluTanh;
-  // The attention kernel op (kernels::AttentionForward/Backward) on the CPU too; device tensors always
-  // take it (the CPU's composed per-head GEMM path loops over host memory).
-  bool fused_attention = false;
+  // The attention kernel op (kernels::AttentionForward/Backward), the layer's default core; false: the
+  // composed per-head GEMM path on the CPU (its cross-check). Device tensors always take the op (the
+  // composed path loops over host memory).
+  bool fused_attention = true;
 
   std::string ToString() const {
     return Format("GPT(n_layer={}, n_head={}, d_model={}, vocab={}, seq_len={}, dropout={}, tied={}, {})", n_layer,
