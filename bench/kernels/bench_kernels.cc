@@ -53,13 +53,39 @@ double NowMs() {
 
 // Median wall times in milliseconds of several functions run interleaved (one call of each per
 // round, after two warm-up rounds), so a shared, noisy machine slows them alike.
+// Each round times every function once, interleaved. With more than one thread a function runs as a
+// burst of kBurst back-to-back calls of which the last kTimed are timed (per call), after kSettleMs in
+// which every core of zerorun's pool spins. A peer's OpenMP or OpenBLAS threads keep spinning for a
+// while after its call; timed right after, the next function found the second core taken (zerorun's
+// 2-thread GEMMs measured at the 1-thread rate). Sleeping instead of spinning let this VM's idle vCPU
+// halt, and the next call then paid its wake-up. The untimed first call of a burst wakes the
+// function's own threads, as the previous step of a training loop would have.
 std::vector<double> MedianMs(const std::vector<std::function<void()>>& fns) {
+  constexpr int kBurst = 4, kTimed = 3;
+  constexpr double kSettleMs = 30;
+  zerorun::ThreadPool& pool = zerorun::ThreadPool::Default();
+  const bool threaded = pool.num_threads() > 1 && fns.size() > 1;
+  const auto settle = [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(kSettleMs);
+    pool.ParallelFor(0, pool.num_threads(), 1, [&](int64_t, int64_t) {
+      while (std::chrono::steady_clock::now() < until) _mm_pause();
+    });
+  };
   std::vector<std::vector<double>> t(fns.size());
   for (int round = 0; round < g_reps + 2; ++round) {
     for (size_t f = 0; f < fns.size(); ++f) {
-      double a = NowMs();
-      fns[f]();
-      double ms = NowMs() - a;
+      double ms = 0;
+      if (threaded) {
+        settle();
+        for (int i = 0; i < kBurst - kTimed; ++i) fns[f]();
+        const double a = NowMs();
+        for (int i = 0; i < kTimed; ++i) fns[f]();
+        ms = (NowMs() - a) / kTimed;
+      } else {
+        const double a = NowMs();
+        fns[f]();
+        ms = NowMs() - a;
+      }
       if (round >= 2) t[f].push_back(ms);
     }
   }
