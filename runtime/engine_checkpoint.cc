@@ -201,7 +201,7 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   if (async) {
     impl_->pending_save = StartCheckpointWrite(*comm_, wo, contents);
     const std::string tag = options.tag.empty() ? Format("global_step{}", global_steps_) : options.tag;
-    return {JoinPath(save_dir, tag), tag, 0};
+    return {JoinPath(save_dir, tag), tag, 0, true};
   }
   CheckpointWriteResult w = WriteCheckpoint(*comm_, wo, contents);
   if (me == 0) {

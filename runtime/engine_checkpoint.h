@@ -67,6 +67,7 @@ struct SaveCheckpointResult {
   std::string dir;
   std::string tag;
   uint64_t bytes_written = 0;
+  bool in_background = false;  // an asynchronous save: the files are still being written (bytes_written 0)
 };
 
 }  // namespace zerorun::runtime

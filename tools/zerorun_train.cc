@@ -479,8 +479,13 @@ int Run(const Args& args) {
     good_dir = r.dir;
     good_step = step;
     if (rank == 0) {  // this rank's bytes; the save is a collective, so its time is every rank's
-      std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s\n", r.dir.c_str(),
-                  static_cast<long long>(step), static_cast<unsigned long long>(r.bytes_written), save_s);
+      if (r.in_background) {
+        std::printf("saved checkpoint %s (step %lld): snapshot taken, files writing in the background, %.3f s\n",
+                    r.dir.c_str(), static_cast<long long>(step), save_s);
+      } else {
+        std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s\n", r.dir.c_str(),
+                    static_cast<long long>(step), static_cast<unsigned long long>(r.bytes_written), save_s);
+      }
       std::fflush(stdout);
     }
   };

@@ -152,9 +152,13 @@ TEST_CASE("checkpoint engine async save: WaitForCheckpoint publishes it and retu
     TrainSteps(engine, c, comm.rank(), 0, 2);
     SaveCheckpointOptions so;
     so.async = true;
-    CHECK(engine.SaveCheckpoint(ck, so).bytes_written == 0);
+    const SaveCheckpointResult started = engine.SaveCheckpoint(ck, so);
+    CHECK(started.bytes_written == 0);
+    CHECK(started.in_background);
     std::optional<SaveCheckpointResult> r = engine.WaitForCheckpoint();
     REQUIRE(r.has_value());
+    CHECK(!r->in_background);  // waited for: written
+    CHECK(r->bytes_written > 0);
     const bool latest = ReadBytes(fs::path(ck) / "latest") == "global_step2";  // on return, on every rank
     CHECK(r->tag == "global_step2");
     CHECK(r->dir == (fs::path(ck) / "global_step2").string());
