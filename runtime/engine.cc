@@ -174,7 +174,11 @@ Engine::Engine(nn::LossModule& model, Config config, std::shared_ptr<comm::Commu
 }
 
 Engine::Engine(nn::LossModule& model, Config config, comm::Communicator& comm, EngineOptions options)
-    : model_(model), config_(std::move(config)), comm_(&comm), options_(std::move(options)), account_(std::make_shared<MemoryAccount>(options_.name)) {
+    : model_(model),
+      config_(std::move(config)),
+      comm_(&comm),
+      options_(std::move(options)),
+      account_(std::make_shared<MemoryAccount>(options_.name)) {
   InitOrUndo();
 }
 

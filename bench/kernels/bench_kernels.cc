@@ -51,15 +51,14 @@ double NowMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median wall times in milliseconds of several functions run interleaved (one call of each per
-// round, after two warm-up rounds), so a shared, noisy machine slows them alike.
-// Each round times every function once, interleaved. With more than one thread a function runs as a
-// burst of kBurst back-to-back calls of which the last kTimed are timed (per call), after kSettleMs in
-// which every core of zerorun's pool spins. A peer's OpenMP or OpenBLAS threads keep spinning for a
-// while after its call; timed right after, the next function found the second core taken (zerorun's
-// 2-thread GEMMs measured at the 1-thread rate). Sleeping instead of spinning let this VM's idle vCPU
-// halt, and the next call then paid its wake-up. The untimed first call of a burst wakes the
-// function's own threads, as the previous step of a training loop would have.
+// Median wall times in milliseconds of several functions run interleaved (each timed once per round,
+// after two warm-up rounds), so a shared, noisy machine slows them alike. With more than one thread a
+// function runs as a burst of kBurst back-to-back calls of which the last kTimed are timed (per call),
+// after kSettleMs in which every core of zerorun's pool spins. A peer's OpenMP or OpenBLAS threads keep
+// spinning for a while after its call; timed right after, the next function found the second core
+// taken (zerorun's 2-thread GEMMs measured at the 1-thread rate). Sleeping instead of spinning let this
+// VM's idle vCPU halt, and the next call then paid its wake-up. The untimed first call of a burst wakes
+// the function's own threads, as the previous step of a training loop would have.
 std::vector<double> MedianMs(const std::vector<std::function<void()>>& fns) {
   constexpr int kBurst = 4, kTimed = 3;
   constexpr double kSettleMs = 30;
