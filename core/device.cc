@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -122,9 +123,7 @@ class CpuAllocator final : public Allocator {
   // kLargeBlock on, below that the next of eight classes per power of two (at most 1/8 more).
   static size_t Round(size_t bytes) {
     if (bytes >= kLargeBlock) return (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    size_t pow2 = kMidBlock;
-    while (pow2 * 2 <= bytes) pow2 *= 2;
-    const size_t step = pow2 / 8;
+    const size_t step = std::bit_floor(bytes) / 8;  // bytes >= kMidBlock: step >= 4 KiB
     return (bytes + step - 1) / step * step;
   }
 

@@ -343,14 +343,16 @@ void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t
     }
     shard.ReadData(c.data_begin + lo, buf, static_cast<size_t>(hi - lo));
     stats_.bytes_read += hi - lo;
-    const uint64_t h = hash ? Xxh3(buf, static_cast<size_t>(hi - lo)) : 0;
-    if (hash) ++stats_.blocks_verified;
-    if (hash && h != c.hashes[k]) {
-      ZR_THROW(CheckpointError, "{} (rank {}): checksum mismatch in tensor '{}' slot '{}' (the chunk of elements [{}, "
-               "{})), block {} of {} = file bytes [{}, {}): expected xxh3 {}, computed {}: the shard is corrupt; "
-               "restore it or load an earlier checkpoint", shard.path(), rank, c.tensor, c.slot, c.offset,
-               c.offset + c.numel, k, c.hashes.size(), shard.data_begin() + c.data_begin + lo,
-               shard.data_begin() + c.data_begin + hi, HashToHex(c.hashes[k]), HashToHex(h));
+    if (hash) {
+      ++stats_.blocks_verified;
+      const uint64_t h = Xxh3(buf, static_cast<size_t>(hi - lo));
+      if (h != c.hashes[k]) {
+        ZR_THROW(CheckpointError, "{} (rank {}): checksum mismatch in tensor '{}' slot '{}' (the chunk of elements [{}, "
+                 "{})), block {} of {} = file bytes [{}, {}): expected xxh3 {}, computed {}: the shard is corrupt; "
+                 "restore it or load an earlier checkpoint", shard.path(), rank, c.tensor, c.slot, c.offset,
+                 c.offset + c.numel, k, c.hashes.size(), shard.data_begin() + c.data_begin + lo,
+                 shard.data_begin() + c.data_begin + hi, HashToHex(c.hashes[k]), HashToHex(h));
+      }
     }
     if (direct || out == nullptr) continue;
     const char* src = buf + (a - lo);
