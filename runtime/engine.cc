@@ -282,6 +282,9 @@ void Engine::Init() {
             "x world {} = batch {}", zero_stage(), DTypeName(model_dtype_), world_size(), num_parameters_,
             groups_.size(), config_.micro_batch_per_gpu(), config_.gradient_accumulation_steps(), world_size(),
             config_.train_batch_size());
+    zero::Strategy& z = zero_strategy();
+    if (z.state_store().offloaded()) ZR_INFO("offload: optimizer state in {}", z.state_store().placement());
+    if (z.shard_store() != nullptr) ZR_INFO("offload: parameter shards in {}", z.shard_store()->placement());
   }
   if (config_.dump_state && rank() == 0) ZR_INFO("{}", EngineStateText(*this));
 }

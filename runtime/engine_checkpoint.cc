@@ -383,8 +383,7 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
         part.dst = buffer.data();
         reader->Read({part}, /*verified=*/true);
         if (ap.slot < 0) {
-          zero::Range el;
-          strategy.LocalParameter(ap.id, &el).View(off, {n}).CopyFrom(buffer.View(0, {n}));
+          strategy.WriteLocalParameter(ap.id, off, buffer.View(0, {n}));
         } else {
           const int64_t at = ap.piece.partition_offset + off;
           zero::WriteState(store, ap.slot, ap.piece.group, {at, at + n}, buffer.data_as<float>());

@@ -183,6 +183,7 @@ zero::StrategyOptions StrategyOptionsFromConfig(const Config& c, Device device, 
   o.stage3.sanity_checks = z.enable_sanity_checks;
   o.state_store = OptimizerStateStoreFromConfig(c, rank);  // offload_optimizer (runtime/offload_store.h)
   o.offload_optimizer = o.state_store != nullptr;
+  o.shard_store = ParamShardStoreFromConfig(c, rank);  // offload_param (stage 3)
   return o;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "zerorun/core/device.h"
 #include "zerorun/core/error.h"
 #include "zerorun/core/timer.h"
 #include "zerorun/zero/partition.h"
@@ -16,16 +17,20 @@ struct ParamCoordinator::Slot {
   bool prefetched = false;  // gathered ahead of its first Acquire
   int64_t shard_numel = 0;
   Tensor full;              // (W * shard_numel) model dtype while in flight or resident
+  Tensor staging;           // an offloaded shard's copy on the device while its gather is in flight
   comm::Work work;
 };
 
-ParamCoordinator::ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options)
-    : comm_(comm), opt_(options), params_(std::move(params)), slots_(params_.size()) {
+ParamCoordinator::ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options,
+                                   ShardStore* shards)
+    : comm_(comm), opt_(options), shards_(shards), params_(std::move(params)), slots_(params_.size()) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Slot& s = slots_[i];
     s.shard_numel = CeilDiv(params_[i].numel, comm_.size());
-    ZR_CHECK(params_[i].shard.numel() == s.shard_numel, "shard of parameter {} has {} elements, expected {}", i,
-             params_[i].shard.numel(), s.shard_numel);
+    const Param& p = params_[i];
+    const int64_t n = p.unit >= 0 ? (shards_ ? shards_->layout().unit_numels.at(static_cast<size_t>(p.unit)) : -1)
+                                  : p.shard.numel();
+    ZR_CHECK(n == s.shard_numel, "shard of parameter {} has {} elements, expected {}", i, n, s.shard_numel);
     s.persistent = params_[i].numel <= opt_.persistence_threshold;
   }
   // Persistent parameters are gathered once up front and stay.
@@ -99,12 +104,24 @@ void ParamCoordinator::Submit(int id) {
     }
   }
   check_pending_ = false;
-  const Tensor& shard = params_[static_cast<size_t>(id)].shard;
-  s.full = Tensor::Empty({s.shard_numel * comm_.size()}, shard.dtype(), comm_.device(), MemCategory::kParams);
-  s.work = comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype());
+  const Param& p = params_[static_cast<size_t>(id)];
+  const DType dtype = p.unit >= 0 ? shards_->layout().dtype : p.shard.dtype();
+  s.full = Tensor::Empty({s.shard_numel * comm_.size()}, dtype, comm_.device(), MemCategory::kParams);
+  s.work = comm_.AllGather(GatherSource(id, s), s.full.data(), static_cast<size_t>(s.shard_numel), dtype);
   s.state = State::kInFlight;
   resident_numel_ += s.shard_numel * comm_.size();
   ++gathers_;
+}
+
+const void* ParamCoordinator::GatherSource(int id, Slot& s) {
+  const Param& p = params_[static_cast<size_t>(id)];
+  if (p.unit < 0) return p.shard.data();
+  const DType dtype = shards_->layout().dtype;
+  if (!s.staging.defined()) s.staging = Tensor::Empty({s.shard_numel}, dtype, comm_.device(), MemCategory::kParams);
+  const void* host = shards_->Acquire(p.unit, StateAccess::kRead);
+  CopyBytes(s.staging.data(), comm_.device(), host, shards_->device(), s.staging.nbytes());
+  shards_->Release(p.unit);
+  return s.staging.data();
 }
 
 void ParamCoordinator::Wait(Slot& s) {
@@ -113,12 +130,14 @@ void ParamCoordinator::Wait(Slot& s) {
   s.work.Wait();
   wait_ms_ += watch.ElapsedMs();
   s.state = State::kResident;
+  s.staging = Tensor();
 }
 
 void ParamCoordinator::Free(Slot& s) {
   if (s.state == State::kInFlight) Wait(s);
   if (s.state == State::kResident) resident_numel_ -= s.shard_numel * comm_.size();
   s.full = Tensor();
+  s.staging = Tensor();
   s.state = State::kReleased;
   s.prefetched = false;
 }
@@ -154,6 +173,19 @@ void ParamCoordinator::PrefetchFrom(size_t position) {
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].prefetched && std::find(current.begin(), current.end(), static_cast<int>(i)) == current.end()) {
       ahead += slots_[i].shard_numel * comm_.size();
+    }
+  }
+  if (shards_ != nullptr) {
+    // Offloaded shards: start reading what the loop below may gather (the store ignores what it has no
+    // free buffer for), so the reads run together instead of one after another.
+    int64_t hinted = ahead;
+    for (size_t k = position; k < trace_.size() && hinted < opt_.prefetch_numel; ++k) {
+      for (int id : trace_[k].params) {
+        const Slot& s = slots_[static_cast<size_t>(id)];
+        if (s.state != State::kReleased || params_[static_cast<size_t>(id)].unit < 0) continue;
+        hinted += s.shard_numel * comm_.size();
+        shards_->Prefetch(params_[static_cast<size_t>(id)].unit);
+      }
     }
   }
   for (size_t k = position; k < trace_.size() && ahead < opt_.prefetch_numel; ++k) {
@@ -209,10 +241,11 @@ void ParamCoordinator::RefreshPersistent() {
       if (s.users == 0 && s.state != State::kReleased) Free(s);
       continue;
     }
-    const Tensor& shard = params_[i].shard;
-    works.push_back(comm_.AllGather(shard.data(), s.full.data(), static_cast<size_t>(s.shard_numel), shard.dtype()));
+    works.push_back(comm_.AllGather(GatherSource(static_cast<int>(i), s), s.full.data(),
+                                    static_cast<size_t>(s.shard_numel), s.full.dtype()));
   }
   for (auto& w : works) w.Wait();
+  for (Slot& s : slots_) s.staging = Tensor();
 }
 
 void ParamCoordinator::Reset() {

@@ -32,6 +32,7 @@
 
 #include "zerorun/comm/communicator.h"
 #include "zerorun/core/tensor.h"
+#include "zerorun/zero/shard_store.h"
 
 namespace zerorun::zero {
 
@@ -57,10 +58,14 @@ class ParamCoordinator {
  public:
   struct Param {
     int64_t numel = 0;
-    Tensor shard;  // (shard_numel) this rank's shard, in the model dtype (a view into its partition)
+    Tensor shard;   // (shard_numel) this rank's shard, in the model dtype (a view into its partition)
+    int unit = -1;  // >= 0 instead of `shard`: the shard is unit `unit` of the shard store
   };
 
-  ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options);
+  // `shards` (not owned; may be null when no parameter names a unit) holds the offloaded shards: each
+  // gather copies the shard into a device staging buffer (core/ CopyBytes) and gathers from there.
+  ParamCoordinator(std::vector<Param> params, comm::Communicator& comm, const Stage3Options& options,
+                   ShardStore* shards = nullptr);
   ~ParamCoordinator();
   ParamCoordinator(const ParamCoordinator&) = delete;
   ParamCoordinator& operator=(const ParamCoordinator&) = delete;
@@ -104,6 +109,9 @@ class ParamCoordinator {
   enum class State { kReleased, kInFlight, kResident };
   struct Slot;
   void Submit(int id);
+  // Where parameter id's gather reads its shard: the shard itself, or (a unit) the slot's device
+  // staging buffer, filled from the shard store.
+  const void* GatherSource(int id, Slot& s);
   void Wait(Slot& s);
   void Free(Slot& s);
   void PrefetchFrom(size_t position);
@@ -117,6 +125,7 @@ class ParamCoordinator {
 
   comm::Communicator& comm_;
   Stage3Options opt_;
+  ShardStore* shards_ = nullptr;
   Purpose purpose_ = Purpose::kInit;
   bool check_pending_ = true;  // the next Submit runs CheckSignature
   std::function<std::string(int)> namer_;

@@ -64,20 +64,53 @@ PartitionOptimizer::PartitionOptimizer(std::vector<PartitionGroupSpec> groups, U
     grad_stage_ = PinnedHostTensor({n}, opt_.grad_dtype, opt_.device);
     param_stage_ = PinnedHostTensor({n}, opt_.param_dtype, opt_.device);
   }
+  if (opt_.shard_store != nullptr && !store_->offloaded() && !opt_.device.is_cpu()) {
+    ZR_THROW(ConfigError, "zero_optimization.offload_param on {} needs offload_optimizer too: the parameter shards "
+             "are host memory, so the update must run on the host", opt_.device.ToString());
+  }
+  for (const PartitionGroupSpec& spec : groups_) {
+    for (const PartitionSegment& seg : spec.segments) {
+      ZR_CHECK(seg.unit < 0 || (opt_.shard_store != nullptr && seg.params == nullptr && master_slot_ >= 0 &&
+                                seg.numel == opt_.shard_store->layout().unit_numels.at(static_cast<size_t>(seg.unit))),
+               "segment at {}: unit {} needs a shard store holding it, no params pointer and a master copy",
+               seg.offset, seg.unit);
+    }
+  }
 }
 
-void PartitionOptimizer::StageIn(kernels::OptimSpan* k) {
+void* PartitionOptimizer::AcquireParams(const PartitionSegment& seg, int64_t at, StateAccess access) {
+  const size_t psize = DTypeSize(opt_.param_dtype);
+  char* base = seg.unit >= 0 ? static_cast<char*>(opt_.shard_store->Acquire(seg.unit, access))
+                             : static_cast<char*>(seg.params);
+  return base + static_cast<size_t>(at - seg.offset) * psize;
+}
+
+void PartitionOptimizer::ReleaseParams(const PartitionSegment& seg) {
+  if (seg.unit >= 0) opt_.shard_store->Release(seg.unit);
+}
+
+void* PartitionOptimizer::SpanParams(int group, const Span& s, bool writes_all) {
+  const PartitionSegment& seg = groups_[static_cast<size_t>(group)].segments[s.segment];
+  const bool whole = s.offset == seg.offset && s.numel == seg.numel;
+  return AcquireParams(seg, s.offset, writes_all && whole ? StateAccess::kOverwrite : StateAccess::kReadWrite);
+}
+
+void PartitionOptimizer::SpanDone(int group, const Span& s) {
+  ReleaseParams(groups_[static_cast<size_t>(group)].segments[s.segment]);
+}
+
+void PartitionOptimizer::StageIn(kernels::OptimSpan* k, bool params_on_host) {
   if (!store_->offloaded()) return;
   ZR_CHECK(k->n <= grad_stage_.numel(), "span of {} elements exceeds the staging buffer of {}", k->n,
            grad_stage_.numel());
   CopyBytes(grad_stage_.data(), Device::CPU(), k->grads, opt_.device,
             static_cast<size_t>(k->n) * DTypeSize(opt_.grad_dtype));
   k->grads = grad_stage_.data();
-  k->param_copy = param_stage_.data();
+  if (!params_on_host) k->param_copy = param_stage_.data();
 }
 
-void PartitionOptimizer::WriteBack(const kernels::OptimSpan& k, void* device_params) const {
-  if (!store_->offloaded()) return;
+void PartitionOptimizer::WriteBack(const kernels::OptimSpan& k, void* device_params, bool params_on_host) const {
+  if (!store_->offloaded() || params_on_host) return;
   CopyBytes(device_params, opt_.device, param_stage_.data(), Device::CPU(),
             static_cast<size_t>(k.n) * DTypeSize(opt_.param_dtype));
 }
@@ -114,7 +147,7 @@ std::vector<PartitionOptimizer::Span> PartitionOptimizer::SpansOf(int i, bool by
 }
 
 kernels::OptimSpan PartitionOptimizer::KernelSpan(int group, const Span& s, const SubGroupState& st,
-                                                  float grad_scale) const {
+                                                  float grad_scale, void* params) const {
   const PartitionGroupSpec& spec = groups_[static_cast<size_t>(group)];
   const PartitionSegment& seg = spec.segments[s.segment];
   const int64_t sub_begin = store_->layout().sub_groups[static_cast<size_t>(st.index)].range.begin;
@@ -124,13 +157,12 @@ kernels::OptimSpan PartitionOptimizer::KernelSpan(int group, const Span& s, cons
   k.grads = static_cast<const char*>(seg.grads) + static_cast<size_t>(d) * DTypeSize(opt_.grad_dtype);
   k.grad_dtype = opt_.grad_dtype;
   k.grad_scale = grad_scale;
-  char* params = static_cast<char*>(seg.params) + static_cast<size_t>(d) * DTypeSize(opt_.param_dtype);
   if (master_slot_ >= 0) {
     k.params = st.slots[static_cast<size_t>(master_slot_)] + (s.offset - sub_begin);
     k.param_copy = params;
     k.copy_dtype = opt_.param_dtype;
   } else {
-    k.params = reinterpret_cast<float*>(params);  // fp32 training: the parameters are the master
+    k.params = static_cast<float*>(params);  // fp32 training: the parameters are the master
   }
   return k;
 }
@@ -158,12 +190,13 @@ void PartitionOptimizer::Initialize() {
       for (const PartitionSegment& seg : spec.segments) {
         const Range r = Intersect(sg.range, {seg.offset, seg.offset + seg.numel});
         if (r.empty()) continue;
-        const void* src = static_cast<const char*>(seg.params) + static_cast<size_t>(r.begin - seg.offset) * psize;
-        if (store_->offloaded()) {  // the parameters are on the device: through host staging
-          CopyBytes(param_stage_.data(), Device::CPU(), src, opt_.device, static_cast<size_t>(r.size()) * psize);
+        const void* src = AcquireParams(seg, r.begin, StateAccess::kRead);
+        if (store_->offloaded() && !ParamsDevice(seg).is_cpu()) {  // on the device: through host staging
+          CopyBytes(param_stage_.data(), Device::CPU(), src, ParamsDevice(seg), static_cast<size_t>(r.size()) * psize);
           src = param_stage_.data();
         }
         kernels::Copy(master + (r.begin - sg.range.begin), DType::kF32, src, opt_.param_dtype, r.size());
+        ReleaseParams(seg);
       }
     }
     int state = 0;
@@ -275,9 +308,11 @@ void PartitionOptimizer::RestoreParams() {
       const Range r = Intersect(sg.range, {seg.offset, seg.offset + seg.numel});
       if (r.empty()) continue;
       kernels::Copy(param_stage_.data(), opt_.param_dtype, master + (r.begin - sg.range.begin), DType::kF32, r.size());
-      CopyBytes(static_cast<char*>(seg.params) + static_cast<size_t>(r.begin - seg.offset) * psize, opt_.device,
-                param_stage_.data(), Device::CPU(), static_cast<size_t>(r.size()) * psize);
+      void* dst = AcquireParams(seg, r.begin, StateAccess::kReadWrite);
+      CopyBytes(dst, ParamsDevice(seg), param_stage_.data(), Device::CPU(), static_cast<size_t>(r.size()) * psize);
+      ReleaseParams(seg);
     }
+    if (opt_.shard_store) opt_.shard_store->Flush();
     store_->Release(i);
   }
 }
@@ -308,13 +343,15 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
   if (!rule_.NeedsTensorNorms()) {
     pass(false, true, [&](int g, const Span& s, const SubGroupState& st) {
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
-      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
+      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale, SpanParams(g, s, /*writes_all=*/true));
       void* device_params = k.param_copy;
-      StageIn(&k);
+      const bool on_host = ParamsOnHost(g, s);
+      StageIn(&k, on_host);
       std::optional<kernels::KernelDeviceScope> host;  // offloaded: the kernel runs on host memory
       if (store_->offloaded()) host.emplace(Device::CPU());
       rule_.Update(g, k, state.data());
-      WriteBack(k, device_params);
+      WriteBack(k, device_params, on_host);
+      SpanDone(g, s);
     });
   } else {
     // Pass 1: moments and this rank's partial norms per tensor; the sums of every group are agreed in
@@ -328,8 +365,10 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
     std::vector<double> sums(first.back(), 0.0);
     pass(true, false, [&](int g, const Span& s, const SubGroupState& st) {
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
-      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
-      StageIn(&k);  // Moments writes no parameters: nothing to write back
+      // Moments reads the master only: the parameters themselves only when they are the master (never
+      // a shard-store unit, which needs a master copy: nothing to release).
+      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale, master_slot_ >= 0 ? nullptr : SpanParams(g, s, false));
+      StageIn(&k, true);  // Moments writes no parameters: nothing to write back
       std::optional<kernels::KernelDeviceScope> host;  // offloaded: the kernel runs on host memory
       if (store_->offloaded()) host.emplace(Device::CPU());
       const kernels::LambNorms norms = rule_.Moments(g, k, state.data());
@@ -347,13 +386,15 @@ void PartitionOptimizer::StepPasses(float grad_scale, const std::function<void(i
     }
     pass(true, true, [&](int g, const Span& s, const SubGroupState& st) {
       StatePointers(st, s, l.sub_groups[static_cast<size_t>(st.index)].range.begin, &state);
-      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale);
+      kernels::OptimSpan k = KernelSpan(g, s, st, grad_scale, SpanParams(g, s, /*writes_all=*/false));
       void* device_params = k.param_copy;
-      StageIn(&k);
+      const bool on_host = ParamsOnHost(g, s);
+      StageIn(&k, on_host);
       std::optional<kernels::KernelDeviceScope> host;  // offloaded: the kernel runs on host memory
       if (store_->offloaded()) host.emplace(Device::CPU());
       rule_.Apply(g, k, state.data(), trust[first[static_cast<size_t>(g)] / 2 + static_cast<size_t>(s.tensor)]);
-      WriteBack(k, device_params);
+      WriteBack(k, device_params, on_host);
+      SpanDone(g, s);
     });
   }
 }

@@ -20,6 +20,7 @@
 #include "zerorun/comm/communicator.h"
 #include "zerorun/core/tensor.h"
 #include "zerorun/zero/grad_stats.h"
+#include "zerorun/zero/shard_store.h"
 #include "zerorun/zero/state_store.h"
 #include "zerorun/zero/update_rule.h"
 
@@ -30,7 +31,10 @@ struct PartitionSegment {
   int64_t offset = 0;
   int64_t numel = 0;
   const void* grads = nullptr;  // (numel) reduced gradients, grad dtype
-  void* params = nullptr;       // (numel) working parameters, param dtype
+  void* params = nullptr;       // (numel) working parameters, param dtype (null when `unit` >= 0)
+  // >= 0: the working parameters are unit `unit` of the shard store (PartitionOptimizerOptions::
+  // shard_store, parameter offload), numel elements, acquired only while a span uses them.
+  int unit = -1;
 };
 
 // A piece of one model tensor inside a group's partition (Lamb's trust ratios are per tensor).
@@ -62,6 +66,9 @@ struct PartitionOptimizerOptions {
   comm::Communicator* norm_comm = nullptr;
   Device device = Device::CPU();    // where gradients and working parameters live
   StateStoreFactory store_factory;  // null: MakeResidentStateStore on `device`
+  // Where segments with a `unit` keep their working parameters (parameter offload; not owned). Its
+  // shards are host memory: the kernels write them directly. REQUIRES master_copy.
+  ShardStore* shard_store = nullptr;
 };
 
 class PartitionOptimizer {
@@ -103,12 +110,30 @@ class PartitionOptimizer {
   std::vector<Span> SpansOf(int i, bool by_tensor) const;
   void StepPasses(float grad_scale, const std::function<void(int group, int64_t end)>& progress);
   void RestoreParams();
-  kernels::OptimSpan KernelSpan(int group, const Span& s, const SubGroupState& st, float grad_scale) const;
+  kernels::OptimSpan KernelSpan(int group, const Span& s, const SubGroupState& st, float grad_scale,
+                                void* params) const;
+  // The working parameters of segment `seg` from element `at` of the partition on: its own pointer, or
+  // its shard store unit acquired with `access` (ReleaseParams gives it back).
+  void* AcquireParams(const PartitionSegment& seg, int64_t at, StateAccess access);
+  void ReleaseParams(const PartitionSegment& seg);
+  // Where a segment's working parameters live (the shard store's device for units).
+  Device ParamsDevice(const PartitionSegment& seg) const {
+    return seg.unit >= 0 ? opt_.shard_store->device() : opt_.device;
+  }
+  // The span's working parameters in the span loop: acquire for `access`, or kOverwrite when the span
+  // covers its whole unit and the caller writes it all.
+  void* SpanParams(int group, const Span& s, bool writes_all);
+  void SpanDone(int group, const Span& s);
   void StatePointers(const SubGroupState& st, const Span& s, int64_t sub_begin, std::vector<float*>* out) const;
   // Offloaded store: the span's gradients are copied into host staging and param_copy points at host
   // staging; WriteBack copies the results to the device parameters.
-  void StageIn(kernels::OptimSpan* k);
-  void WriteBack(const kernels::OptimSpan& k, void* device_params) const;
+  // params_on_host: the span's working parameters are a shard-store unit (host memory): the kernel
+  // writes them in place, nothing is staged or copied back.
+  void StageIn(kernels::OptimSpan* k, bool params_on_host);
+  void WriteBack(const kernels::OptimSpan& k, void* device_params, bool params_on_host) const;
+  bool ParamsOnHost(int group, const Span& s) const {
+    return groups_[static_cast<size_t>(group)].segments[s.segment].unit >= 0;
+  }
 
   std::vector<PartitionGroupSpec> groups_;
   UpdateRule& rule_;

@@ -5,7 +5,9 @@
 // (param_coordinator.h). In backward each parameter's full gradient lives in a transient buffer until
 // it is final, then joins the gradient-bucket path (ShardGradBuckets: coalesced reduce-scatters into
 // the shards). After the step the persistent parameters are re-gathered; the others are gathered by
-// the next forward.
+// the next forward. With parameter offload (StrategyOptions::shard_store) the 16-bit shards are not in
+// device memory at all: each is a unit of the shard store (shard_store.h), the optimizer's segments
+// are one per parameter naming its unit, and the coordinator copies a shard to the device to gather it.
 #include <algorithm>
 
 #include "zerorun/core/error.h"
@@ -52,20 +54,51 @@ class ShardedStrategy final : public PartitionedStrategy {
   Tensor LocalParameter(int id, Range* elements) override {
     const Stage3Shard sh = ShardParamStage3(params_[static_cast<size_t>(id)].numel, comm_.size(), comm_.rank());
     *elements = sh.real;
-    return shards_[static_cast<size_t>(id)].View(0, {sh.real.size()});
+    if (!shard_store_) return shards_[static_cast<size_t>(id)].View(0, {sh.real.size()});
+    // Offloaded: a copy (what the store holds is only borrowed while acquired).
+    Tensor copy = Tensor::Empty({sh.real.size()}, opt_.param_dtype, Device::CPU(), MemCategory::kOther);
+    void* p = shard_store_->Acquire(id, StateAccess::kRead);
+    copy.CopyFrom(UnitTensor(p, sh.real.size()));
+    shard_store_->Release(id);
+    return copy;
   }
-  void ParametersChanged() override { coord_->RefreshPersistent(); }
+  void WriteLocalParameter(int id, int64_t offset, const Tensor& src) override {
+    if (!shard_store_) {
+      shards_[static_cast<size_t>(id)].View(offset, {src.numel()}).CopyFrom(src);
+      return;
+    }
+    const int64_t n = ShardParamStage3(params_[static_cast<size_t>(id)].numel, comm_.size(), comm_.rank()).shard_numel;
+    ZR_CHECK(offset >= 0 && offset + src.numel() <= n, "write of {} elements at {} into a shard of {}", src.numel(),
+             offset, n);
+    void* p = shard_store_->Acquire(id, StateAccess::kReadWrite);
+    UnitTensor(p, n).View(offset, {src.numel()}).CopyFrom(src);
+    shard_store_->Release(id);
+  }
+  ShardStore* shard_store() override { return shard_store_.get(); }
+  void ParametersChanged() override {
+    if (shard_store_) shard_store_->Flush();
+    coord_->RefreshPersistent();
+  }
 
  private:
   void Gather(int module, const std::vector<int>& ids, bool backward);
   void Release(const std::vector<int>& ids);
   // This rank's shard of parameter id's initial value (the shard's padding stays zero).
   void FillShard(int id, const Tensor& shard);
+  // n elements of the model dtype at p (a shard store unit's host memory) as a tensor.
+  Tensor UnitTensor(void* p, int64_t n) const {
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(opt_.param_dtype);
+    return Tensor::FromStorage(Storage::Wrap(p, bytes, shard_store_->device()), 0, {n}, opt_.param_dtype);
+  }
+  // Parameter offload: a store with one unit per parameter (its shard), filled with the initial values.
+  void BuildShardStore();
 
   std::vector<Tensor> param_parts_;  // per group: (partition) this rank's shards, model dtype
   std::vector<Tensor> grad_parts_;   // per group: (partition) their gradient accumulators
   Tensor frozen_shards_;             // this rank's shards of the frozen parameters
-  std::vector<Tensor> shards_;       // per id: its shard (a view of param_parts_ or frozen_shards_)
+  std::vector<Tensor> shards_;       // per id: its shard (a view of param_parts_ or frozen_shards_; none
+                                     // with a shard store)
+  std::unique_ptr<ShardStore> shard_store_;  // parameter offload: every shard (before coord_: outlives it)
   std::vector<Tensor> full_grads_;   // per id: the full gradient during backward (kBuckets)
   std::unique_ptr<ParamCoordinator> coord_;
   std::unique_ptr<ShardGradBuckets> grads_;
@@ -76,11 +109,33 @@ void ShardedStrategy::FillShard(int id, const Tensor& shard) {
   if (!sh.real.empty()) host_.ReadInitial(id, sh.real.begin, shard.View(0, {sh.real.size()}));
 }
 
+void ShardedStrategy::BuildShardStore() {
+  ShardStoreLayout layout;
+  layout.dtype = opt_.param_dtype;
+  for (const ParamSpec& p : params_) {
+    layout.unit_numels.push_back(ShardParamStage3(p.numel, comm_.size(), comm_.rank()).shard_numel);
+    layout.unit_names.push_back(p.name);
+  }
+  shard_store_ = opt_.shard_store(std::move(layout));
+  ZR_CHECK(shard_store_ != nullptr, "the shard store factory returned no store");
+  for (size_t id = 0; id < params_.size(); ++id) {
+    const int u = static_cast<int>(id);
+    Tensor shard = UnitTensor(shard_store_->Acquire(u, StateAccess::kOverwrite),
+                              shard_store_->layout().unit_numels[id]);
+    shard.Zero();  // the padding
+    FillShard(u, shard);
+    shard_store_->Release(u);
+  }
+  shard_store_->Flush();
+}
+
 ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<ParamSpec> params, ParamHost& host,
                                  UpdateRule& rule, comm::Communicator& comm, Timers& timers)
     : PartitionedStrategy(options, std::move(params), host, rule, comm, timers) {
   const int world = comm_.size();
   const int rank = comm_.rank();
+  const bool offload = opt_.shard_store != nullptr;
+  if (offload) BuildShardStore();
   std::vector<ParamCoordinator::Param> coord_params(params_.size());
   std::vector<int64_t> numels(params_.size());
   std::vector<Tensor> grad_shards(params_.size());
@@ -94,22 +149,27 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
       offsets.push_back(part);
       part += ShardParamStage3(params_[static_cast<size_t>(id)].numel, world, rank).shard_numel;
     }
-    Tensor shards = Tensor::Zeros({part}, opt_.param_dtype, opt_.device, MemCategory::kParams);
+    Tensor shards = offload ? Tensor() : Tensor::Zeros({part}, opt_.param_dtype, opt_.device, MemCategory::kParams);
     Tensor grads = Tensor::Zeros({part}, opt_.grad_dtype, opt_.device, MemCategory::kGrads);
     PartitionGroupSpec spec;
     spec.numel = part;
-    spec.segments.push_back({0, part, grads.data(), shards.data()});
+    if (!offload) spec.segments.push_back({0, part, grads.data(), shards.data()});
     spec.num_tensors = static_cast<int64_t>(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
       const int id = ids[i];
       const ParamSpec& p = params_[static_cast<size_t>(id)];
       const Stage3Shard sh = ShardParamStage3(p.numel, world, rank);
-      Tensor shard = shards.View(offsets[i], {sh.shard_numel});
-      FillShard(id, shard);
-      coord_params[static_cast<size_t>(id)] = {p.numel, shard};
-      shards_[static_cast<size_t>(id)] = shard;
-      numels[static_cast<size_t>(id)] = p.numel;
       grad_shards[static_cast<size_t>(id)] = grads.View(offsets[i], {sh.shard_numel});
+      if (offload) {  // one segment per shard: its working parameters are the store's unit `id`
+        spec.segments.push_back({offsets[i], sh.shard_numel, grad_shards[static_cast<size_t>(id)].data(), nullptr, id});
+        coord_params[static_cast<size_t>(id)] = {p.numel, Tensor(), id};
+      } else {
+        Tensor shard = shards.View(offsets[i], {sh.shard_numel});
+        FillShard(id, shard);
+        coord_params[static_cast<size_t>(id)] = {p.numel, shard};
+        shards_[static_cast<size_t>(id)] = shard;
+      }
+      numels[static_cast<size_t>(id)] = p.numel;
       spec.units.push_back(sh.shard_numel);
       if (!sh.real.empty()) {
         spec.tensors.push_back({offsets[i], sh.real.size(), static_cast<int64_t>(i)});
@@ -123,20 +183,24 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
   // Frozen parameters are sharded the same way (16-bit shards only: no gradient, master or state).
   int64_t frozen_numel = 0;
   for (const ParamSpec& p : params_) {
-    if (!p.trainable()) frozen_numel += ShardParamStage3(p.numel, world, rank).shard_numel;
+    if (!p.trainable() && !offload) frozen_numel += ShardParamStage3(p.numel, world, rank).shard_numel;
   }
   frozen_shards_ = Tensor::Zeros({frozen_numel}, opt_.param_dtype, opt_.device, MemCategory::kParams);
   int64_t offset = 0;
   for (size_t id = 0; id < params_.size(); ++id) {
     const ParamSpec& p = params_[id];
     if (p.trainable()) continue;
+    numels[id] = p.numel;
+    if (offload) {
+      coord_params[id] = {p.numel, Tensor(), static_cast<int>(id)};
+      continue;
+    }
     const int64_t n = ShardParamStage3(p.numel, world, rank).shard_numel;
     Tensor shard = frozen_shards_.View(offset, {n});
     offset += n;
     FillShard(static_cast<int>(id), shard);
     coord_params[id] = {p.numel, shard};
     shards_[id] = shard;
-    numels[id] = p.numel;
   }
   // The full values are dropped: from now on they exist only while a module's window holds them.
   for (size_t id = 0; id < params_.size(); ++id) {
@@ -144,9 +208,9 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
     host_.ReleaseGrad(static_cast<int>(id));
   }
   full_grads_.resize(params_.size());
-  BuildOptimizer(std::move(specs), /*partitioned=*/world > 1);
+  BuildOptimizer(std::move(specs), /*partitioned=*/world > 1, shard_store_.get());
   grads_ = std::make_unique<ShardGradBuckets>(std::move(numels), std::move(grad_shards), opt_.reduce_bucket_numel, queue_);
-  coord_ = std::make_unique<ParamCoordinator>(std::move(coord_params), comm_, opt_.stage3);
+  coord_ = std::make_unique<ParamCoordinator>(std::move(coord_params), comm_, opt_.stage3, shard_store_.get());
   std::vector<std::string> names;
   for (const ParamSpec& p : params_) names.push_back(p.name);
   coord_->set_namer([names](int id) { return names.at(static_cast<size_t>(id)); });
@@ -205,6 +269,7 @@ void ShardedStrategy::AbortBackward() noexcept {
 
 void ShardedStrategy::Step(float grad_scale) {
   optimizer_->Step(grad_scale, nullptr);
+  if (shard_store_) shard_store_->Flush();  // every shard written back before anything gathers it
   ScopedTimer timer(timers_, "allgather");
   coord_->RefreshPersistent();  // the others are gathered by the next forward
 }

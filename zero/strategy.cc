@@ -54,13 +54,15 @@ PartitionedStrategy::PartitionedStrategy(const StrategyOptions& options, std::ve
   }
 }
 
-void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned) {
+void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned,
+                                         ShardStore* shards) {
   partitioned_ = partitioned;
   PartitionOptimizerOptions po;
   po.grad_dtype = opt_.grad_dtype;
   po.param_dtype = opt_.param_dtype;
-  // fp32 training: the parameters are the master, unless the state is offloaded away from them.
-  po.master_copy = opt_.param_dtype != DType::kF32 || opt_.offload_optimizer;
+  // fp32 training: the parameters are the master, unless the state or the parameters are offloaded.
+  po.master_copy = opt_.param_dtype != DType::kF32 || opt_.offload_optimizer || shards != nullptr;
+  po.shard_store = shards;
   po.sub_group_size = opt_.sub_group_size;
   po.norm_comm = partitioned ? &comm_ : nullptr;
   po.device = opt_.device;

@@ -42,6 +42,7 @@
 #include "zerorun/core/timer.h"
 #include "zerorun/zero/grad_stats.h"
 #include "zerorun/zero/param_coordinator.h"
+#include "zerorun/zero/shard_store.h"
 #include "zerorun/zero/state_store.h"
 #include "zerorun/zero/update_rule.h"
 
@@ -97,6 +98,10 @@ struct StrategyOptions {
   // The store is an offloading one (StateStore::offloaded): fp32 training keeps fp32 master weights
   // in it too, apart from the parameters on `device` (as DeepSpeed's ZeRO-Offload does).
   bool offload_optimizer = false;
+  // Stage 3 only: builds the store of the 16-bit parameter shards (null: resident in `device` memory,
+  // views into the partitions). Parameter offload (offload_param) plugs in here; fp32 training then
+  // keeps fp32 master weights in the state store, as with optimizer offload.
+  ShardStoreFactory shard_store;
 };
 
 // Where one piece of this rank's optimizer state belongs: elements [param_offset, +numel) of
@@ -179,12 +184,21 @@ class Strategy {
   // out) at stage 3. Not a collective. Checkpoints read and write parameters here; after writing, call
   // ParametersChanged().
   virtual Tensor LocalParameter(int id, Range* elements) = 0;
+  // Writes `src` into this rank's copy of parameter id from element `offset` of LocalParameter's
+  // range on (a checkpoint load; then ParametersChanged()). With parameter offload the copy is not in
+  // memory, so writes go through here rather than into LocalParameter's tensor.
+  virtual void WriteLocalParameter(int id, int64_t offset, const Tensor& src) {
+    Range r;
+    LocalParameter(id, &r).View(offset, {src.numel()}).CopyFrom(src);
+  }
   // After LocalParameter writes (a checkpoint load): refreshes what the strategy keeps gathered
   // (stage 3's persistent parameters; other gathered values are dropped). Collective.
   virtual void ParametersChanged() = 0;
 
   // ---- state ----------------------------------------------------------------------------------
   virtual StateStore& state_store() = 0;
+  // Where stage 3's parameter shards live with parameter offload; null without it.
+  virtual ShardStore* shard_store() { return nullptr; }
   virtual std::vector<StateExtent> StateExtents() const = 0;
 };
 

@@ -28,7 +28,8 @@ class PartitionedStrategy : public Strategy {
   // Builds the optimizer over the derived strategy's groups (one spec per parameter group) and fills
   // the master weights and state. `partitioned`: ranks hold disjoint parts of the gradients, so sums
   // of squares (and Lamb's tensor norms) are all-reduced.
-  void BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned);
+  // `shards`: the shard store segments with a unit write to (stage 3's parameter offload; not owned).
+  void BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned, ShardStore* shards = nullptr);
 
   StrategyOptions opt_;
   std::vector<ParamSpec> params_;

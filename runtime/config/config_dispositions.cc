@@ -173,12 +173,15 @@ const std::vector<KeyDisposition> kTable = {
     {"zero_optimization.elastic_checkpoint", kWarned,
      "every zerorun checkpoint loads at any world size and ZeRO stage (docs/checkpoint.md), so there is no elastic "
      "variant to choose"},
-    {"zero_optimization.offload_param.device", kRefused, "parameter offload (CPU/NVMe) is not implemented yet",
-     kOffload},
+    {"zero_optimization.offload_param.device", kActed,
+     "zero/ shard store (stage 3): cpu holds the 16-bit parameter shards in host buffers, nvme in swap files "
+     "brought into buffer_count buffers ahead of use (offload/shard_stores.h)"},
     {"zero_optimization.offload_param.nvme_path", kFollows, kParamOffload},
     {"zero_optimization.offload_param.buffer_count", kFollows, kParamOffload},
     {"zero_optimization.offload_param.buffer_size", kFollows, kParamOffload},
-    {"zero_optimization.offload_param.max_in_cpu", kFollows, kParamOffload},
+    {"zero_optimization.offload_param.max_in_cpu", kWarned,
+     "zerorun's NVMe parameter store keeps only its buffer_count buffers (each the size of the largest shard) in "
+     "host memory; there is no separate in-CPU cache for max_in_cpu to size"},
     {"zero_optimization.offload_param.pin_memory", kFollows, kParamOffload},
     {"zero_optimization.offload_optimizer.device", kActed,
      "zero/ state store: cpu holds master weights and optimizer state in host buffers (offload/host_state_store.h), "

@@ -55,6 +55,7 @@ struct ResumeCase {
   float dropout = 0.1f;
   std::string optimizer = "AdamW";
   std::string extra_json = R"(, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5}})";
+  std::string zero_json;  // extra keys of zero_optimization (leading comma included)
 };
 
 inline gpt::GptConfig ResumeGpt(const ResumeCase& c) {
@@ -84,6 +85,7 @@ inline Config ResumeConfig(const ResumeCase& c, int world) {
   s.dtype = c.dtype;
   s.optimizer = c.optimizer;
   s.extra_json = c.extra_json;
+  s.zero_json = c.zero_json;
   return zrtest::LoadSpecConfig(s);
 }
 

@@ -189,8 +189,11 @@ TEST_SUITE("unit") {
     h.batch.managed_gradient_accumulation = false;
     h.zero_optimization.offload_param.emplace();
     CHECK(rt::EngineConfigProblems(h, 1).size() == 1);  // an offload_param section with device "none" is fine
-    h.zero_optimization.offload_param->device = rt::OffloadDevice::kCpu;
-    CHECK(Has(rt::EngineConfigProblems(h, 1), "zero_optimization.offload_param.device", "\"cpu\""));
+    h.zero_optimization.offload_param->device = rt::OffloadDevice::kCpu;  // parameter offload is acted on
+    CHECK(rt::EngineConfigProblems(h, 1).size() == 1);
+    h.zero_optimization.offload_optimizer.emplace();
+    h.zero_optimization.offload_optimizer->ratio = 0.5;
+    CHECK(Has(rt::EngineConfigProblems(h, 1), "zero_optimization.offload_optimizer.ratio", "0.5"));
     CHECK(Has(rt::EngineConfigProblems(h, 1), "managed_gradient_accumulation", "false is not supported"));
   }
 

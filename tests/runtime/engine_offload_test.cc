@@ -14,6 +14,7 @@
 
 #include "engine_test_util.h"
 #include "zerorun/offload/nvme_state_store.h"
+#include "zerorun/offload/shard_stores.h"
 #include "zerorun/runtime/engine_validate.h"
 #include "zerorun/zero/estimate.h"
 #include "zerorun/zero/strategy.h"
@@ -291,6 +292,177 @@ TEST_CASE("nvme offload: nvme_path missing or not a directory -> an IoError nami
     CHECK(msg.find("zero_optimization.offload_optimizer.nvme_path") != std::string::npos);
     CHECK(msg.find(path) != std::string::npos);
   }
+}
+
+}  // TEST_SUITE
+
+// ---- parameter offload (offload_param, stage 3) ---------------------------------------------------
+
+namespace {
+
+std::string ParamOffloadJson(const std::string& device, const std::string& path, int buffers = 2) {
+  return Format(R"(, "offload_param": {{"device": "{}", "nvme_path": "{}", "buffer_count": {}, "buffer_size": 100000}})",
+                device, path, buffers);
+}
+
+// Stage 3 with the 16-bit shards in host memory (cpu) or swap files (nvme), alone and with optimizer
+// offload, against no offload: bitwise the same losses and parameters. World 2 and 3 also gather every
+// parameter on demand (persistence threshold 0) instead of keeping small ones resident.
+void CheckParamOffloadBitwise(DType dtype) {
+  SwapTemp dir;
+  for (int world = 1; world <= 3; ++world) {
+    CAPTURE(world);
+    RunSpec s;
+    s.world = world;
+    s.stage = 3;
+    s.micro = 2;
+    s.gas = 2;
+    s.steps = 20;
+    s.dtype = dtype;
+    s.zero_json = world == 1 ? R"(, "sub_group_size": 300)"
+                             : R"(, "sub_group_size": 300, "stage3_param_persistence_threshold": 0)";
+    const RunResult none = Train(s);
+    REQUIRE(none.losses.size() == 20);
+    const std::string base = s.zero_json;
+    const std::string with_optimizer = world % 2 == 0 ? NvmeJson(dir.path(), true) : kCpuOffload;
+    for (const std::string& offload :
+         {ParamOffloadJson("cpu", dir.path()), ParamOffloadJson("nvme", dir.path()),
+          ParamOffloadJson(world % 2 == 0 ? "nvme" : "cpu", dir.path(), 3) + with_optimizer}) {
+      CAPTURE(offload);
+      s.zero_json = base + offload;
+      const RunResult off = Train(s);
+      CHECK(off.losses == none.losses);
+      CHECK(off.skipped == none.skipped);
+      CHECK(off.scales == none.scales);
+      for (int r = 0; r < world; ++r) {
+        CHECK(off.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
+      }
+    }
+  }
+  CHECK(std::filesystem::is_empty(dir.path()));  // every job removed its swap directories
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+
+TEST_CASE("param offload: bitwise equal to no offload, fp32, cpu/nvme, alone and with optimizer offload, 1-3 ranks") {
+  CheckParamOffloadBitwise(DType::kF32);
+}
+
+TEST_CASE("param offload: bitwise equal to no offload, bf16, cpu/nvme, alone and with optimizer offload, 1-3 ranks") {
+  CheckParamOffloadBitwise(DType::kBF16);
+}
+
+TEST_CASE("param offload: bitwise equal to no offload, fp16, cpu/nvme, alone and with optimizer offload, 1-3 ranks") {
+  CheckParamOffloadBitwise(DType::kF16);
+}
+
+TEST_CASE("param offload: Lamb (two passes, per-tensor trust ratios over split tensors) bitwise too") {
+  SwapTemp dir;
+  for (int world : {1, 2}) {
+    CAPTURE(world);
+    RunSpec s;
+    s.world = world;
+    s.stage = 3;
+    s.micro = 2;
+    s.steps = 10;
+    s.dtype = DType::kBF16;
+    s.optimizer = "Lamb";
+    s.zero_json = R"(, "sub_group_size": 300, "stage3_param_persistence_threshold": 0)";
+    const RunResult none = Train(s);
+    s.zero_json += ParamOffloadJson("nvme", dir.path());
+    const RunResult nvme = Train(s);
+    CHECK(nvme.losses == none.losses);
+    for (int r = 0; r < world; ++r) {
+      CHECK(nvme.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
+    }
+  }
+}
+
+TEST_CASE("param offload: no shard in device memory; nvme holds buffer_count shards in host memory and swaps") {
+  SwapTemp dir;
+  for (const char* device : {"cpu", "nvme"}) {
+    CAPTURE(device);
+    RunSpec s;
+    s.world = 2;
+    s.stage = 3;
+    s.micro = 2;
+    s.dtype = DType::kBF16;
+    s.zero_json = R"(, "stage3_param_persistence_threshold": 0)" + ParamOffloadJson(device, dir.path(), 3);
+    runtime::Config cfg = LoadSpecConfig(s);
+    gpt::GptConfig gc = TinyGpt(DType::kBF16);
+    gc.n_layer = 4;  // many shards, the largest (4 x 32 x 32 / 2 ranks) a small part of them
+    gc.d_model = 32;
+    comm::RunLocalRanks(2, [&](comm::Communicator& c) {
+      gpt::Gpt model(gc);
+      model.Initialize(3);
+      runtime::Engine engine(model, cfg, c);
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = MicroBatch(step, 0, c.rank(), 2, 2, 1, 8, 16);
+        engine.Forward(x, y);
+        engine.Backward();
+        engine.Step();
+      }
+      zero::ShardStore* store = engine.zero_strategy().shard_store();
+      REQUIRE(store != nullptr);
+      const zero::ShardStoreLayout& l = store->layout();
+      MemoryAccount& m = engine.memory();
+      // Between steps nothing is gathered (no persistent parameters) and no shard is device memory.
+      CHECK(m.Current(MemCategory::kParams) == 0);
+      if (std::string(device) == "cpu") {
+        CHECK(store->placement() == "cpu (pinned host memory)");
+        CHECK(store->resident_bytes() >= 2 * l.TotalNumel());
+        CHECK(m.Current(MemCategory::kPinned) >= store->resident_bytes());
+        return;
+      }
+      auto* nvme = dynamic_cast<offload::NvmeShardStore*>(store);
+      REQUIRE(nvme != nullptr);
+      const offload::NvmeShardStoreStats st = nvme->stats();
+      CHECK(l.num_units() > 3);  // more shards than buffers: it must swap
+      CHECK(st.buffers == 3);
+      CHECK(st.file.find("/rank" + std::to_string(c.rank()) + "/") != std::string::npos);
+      CHECK(st.file.find(".params/") != std::string::npos);
+      CHECK(st.swap_outs >= 4 * l.num_units());  // the initial write + one per step
+      CHECK(st.swap_ins >= 3 * l.num_units());   // every shard read at least once per forward
+      // Host memory for the shards: the three buffers (each the largest shard), as the estimate says.
+      CHECK(store->resident_bytes() == offload::NvmeShardStoreHostBytes(l, 3));
+      CHECK(store->resident_bytes() < 2 * l.TotalNumel());
+      CHECK(store->resident_bytes() <= 3 * (2 * l.LargestUnitNumel() + 4096));
+    });
+  }
+}
+
+TEST_CASE("param offload: buffer_size below the largest shard, nvme_path missing -> errors naming the key") {
+  SwapTemp dir;
+  auto construct = [](const std::string& zero) {
+    RunSpec s;
+    s.stage = 3;
+    s.micro = 2;
+    s.zero_json = zero;
+    runtime::Config cfg = LoadSpecConfig(s);
+    std::string msg;
+    comm::RunLocalRanks(1, [&](comm::Communicator& c) {
+      gpt::Gpt model(TinyGpt(DType::kF32));
+      model.Initialize(3);
+      try {
+        runtime::Engine engine(model, cfg, c);
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+    });
+    return msg;
+  };
+  const std::string small = construct(Format(
+      R"(, "offload_param": {{"device": "nvme", "nvme_path": "{}", "buffer_size": 100}})", dir.path()));
+  CAPTURE(small);
+  CHECK(small.find("zero_optimization.offload_param.buffer_size") != std::string::npos);
+  CHECK(small.find("parameter '") != std::string::npos);  // names the parameter whose shard does not fit
+  const std::string missing = construct(ParamOffloadJson("nvme", dir.path() + "/missing"));
+  CAPTURE(missing);
+  CHECK(missing.find("zero_optimization.offload_param.nvme_path") != std::string::npos);
+  CHECK(missing.find("does not exist") != std::string::npos);
+  CHECK(std::filesystem::is_empty(dir.path()));
 }
 
 }  // TEST_SUITE
