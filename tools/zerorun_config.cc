@@ -242,6 +242,7 @@ int RunEstimate(int argc, char** argv) {
       in.persistence_threshold = zc.param_persistence_threshold;
       in.sub_group_numel = zc.sub_group_size;
       if (zc.offload_optimizer) in.nvme_buffer_count = zc.offload_optimizer->buffer_count;
+      if (zc.offload_param) in.param_buffer_count = zc.offload_param->buffer_count;
       source = file;
     } catch (const rt::ConfigLoadError& e) {
       for (const rt::ConfigIssue& i : e.issues()) std::cerr << i.ToString() << "\n";
@@ -296,13 +297,12 @@ int RunEstimate(int argc, char** argv) {
   os << std::setw(w) << "host" << std::setw(w) << "nvme";
   if (budget) os << "  fits " << zerorun::FormatBytes(static_cast<double>(*budget));
   os << "\n";
-  bool any_fit = false, offload_fits = false;
+  bool any_fit = false;
   for (const z::StageEstimate& r : rows) {
     std::string label = r.Label();
     if (r.stage == config_stage && r.offload_optimizer == config_opt && r.offload_param == config_param) {
       label += " (config)";
     }
-    if (!r.implemented) label += " *";
     const int64_t peak = r.DevicePeakBytes() + act;
     // Pad to a fixed visual width: the arrows in labels are multi-byte.
     size_t glyphs = 0;
@@ -314,28 +314,26 @@ int RunEstimate(int argc, char** argv) {
     }
     if (budget) {
       const bool fits = peak <= *budget;
-      any_fit = any_fit || (fits && r.implemented);
-      offload_fits = offload_fits || (fits && !r.implemented);
+      any_fit = any_fit || fits;
       os << "  " << (fits ? "yes" : "no");
     }
     os << "\n";
   }
   os << "\n  states = params + grads + master + optim, held between steps (the engine's memory accounting).\n"
      << "  ^ transient upper bounds during a step: buckets = gradient reduction buffers; live = stage-3\n"
-     << "    gathered parameters (largest layer + prefetch, capped by max live).\n"
+     << "    gathered parameters (largest layer + prefetch, capped by max live; with params offloaded also\n"
+     << "    the device copies of the shards being gathered).\n"
      << "  peak = states + buckets + live"
      << (activations ? " + activations " + zerorun::FormatBytes(static_cast<double>(act)) : "") << ".\n";
   if (!activations) os << "  Activations are not included (pass --activations BYTES to add them to the peak).\n";
   os << "  optimizer→cpu: fp32 master and optimizer state in host memory (the host column); gradients stay.\n"
      << "  optimizer→nvme: both in the swap file, two slots per sub-group (nvme); in host memory buffer_count\n"
      << "    buffers of one sub-group (sub_group_size) each.\n"
-     << "  * not implemented yet (parameter offload): these rows estimate DeepSpeed's placement (fp32\n"
-     << "    master, optimizer state and an fp32 gradient partition off the device; stage-3 params too).\n";
+     << "  params→cpu: the 16-bit shards in host memory; params→nvme: in the swap file, and in host memory\n"
+     << "    offload_param.buffer_count buffers of the largest shard each. Persistent parameters stay gathered.\n";
   if (budget) {
     os << "  Budget " << zerorun::FormatBytes(static_cast<double>(*budget)) << ": "
-       << (any_fit        ? "the rows marked yes fit."
-           : offload_fits ? "no choice zerorun implements fits; only offload not implemented yet would."
-                          : "no choice fits.")
+       << (any_fit ? "the rows marked yes fit." : "no choice fits.")
        << "\n";
   }
   // DeepSpeed's own estimators, for comparison (one node of N GPUs, additional_buffer_factor 1.5).

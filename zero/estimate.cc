@@ -146,18 +146,19 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
   if (offload_optimizer != OffloadTarget::kNone && stage == 0) {
     ZR_THROW(InvalidArgument, "estimate: optimizer offload needs ZeRO stage 1-3");
   }
-  if (offload_param != OffloadTarget::kNone && (stage != 3 || offload_optimizer == OffloadTarget::kNone)) {
-    ZR_THROW(InvalidArgument, "estimate: parameter offload needs ZeRO stage 3 with optimizer offload");
+  if (offload_param != OffloadTarget::kNone && stage != 3) {
+    ZR_THROW(InvalidArgument, "estimate: parameter offload needs ZeRO stage 3");
   }
   StageEstimate e;
   e.stage = stage;
   e.offload_optimizer = offload_optimizer;
   e.offload_param = offload_param;
-  e.implemented = offload_param == OffloadTarget::kNone;
 
   const int64_t n = in.world_size;
   const int64_t p = in.param_bytes, g = in.grad_bytes, c = in.comm_bytes, k = in.optimizer_state_bytes;
-  const bool master_copy = in.param_bytes != 4;
+  // fp32 training keeps a separate fp32 master only when the state or the parameters are offloaded.
+  const bool master_copy =
+      in.param_bytes != 4 || offload_optimizer != OffloadTarget::kNone || offload_param != OffloadTarget::kNone;
   const bool staged = in.comm_bytes != in.grad_bytes && n > 1;  // reduction staged through the comm dtype
   const int64_t pad = PaddedNumel(in, stage);
   const int64_t part = pad / n;  // this rank's partition (stage 3: Σ ceil(numel/N))
@@ -208,6 +209,12 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
                                      std::min(in.max_reuse_distance, in.max_live_numel));
       const int64_t live = std::min(s.sharded_padded, layer + ahead);
       e.live_params_peak_bytes = p * live;
+      // Parameter offload: each gather in flight (the module's own and the prefetched ones) also holds
+      // its shard copied to the device, 1/N of its elements.
+      if (offload_param != OffloadTarget::kNone) {
+        const int64_t in_flight = std::min(live, layer + std::min(in.prefetch_numel, in.max_live_numel));
+        e.live_params_peak_bytes += p * ((in_flight + n - 1) / n);
+      }
       // Full gradients (grad dtype): the module in backward plus the open bucket, which is packed once
       // it reaches reduce_bucket_size (so a bucket holds less than B + the largest tensor ≤ B + L);
       // then the packed wire copy of each bucket (reduce-scattered in place) until it completes, at
@@ -226,7 +233,7 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     e.host_bytes += 4 * own + k * own;
     e.master_bytes = 0;
     e.optimizer_bytes = 0;
-  } else if (offload_optimizer == OffloadTarget::kNvme && offload_param == OffloadTarget::kNone) {
+  } else if (offload_optimizer == OffloadTarget::kNvme) {
     // zerorun (offload/nvme_state_store.h): master and state of every sub-group in two slots of the
     // swap file (the committed step and the one being written); in host memory only buffer_count
     // buffers of one sub-group each (a sub-group may pass sub_group_size by less than one unit: a
@@ -238,19 +245,24 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     e.host_bytes += per * sub * std::min(std::max<int64_t>(1, in.nvme_buffer_count), std::max<int64_t>(1, subs));
     e.master_bytes = 0;
     e.optimizer_bytes = 0;
-  } else if (offload_optimizer == OffloadTarget::kNvme) {
-    // With parameter offload (not implemented): DeepSpeed's placement (reference §5.5), master and
-    // state on NVMe, the gradient partition in a pinned fp32 host buffer.
-    e.nvme_bytes += 4 * own + k * own;
-    e.master_bytes = 0;
-    e.optimizer_bytes = 0;
-    e.host_bytes += 4 * own;
-    if (stage >= 2) e.grads_bytes = 0;
   }
   if (offload_param != OffloadTarget::kNone) {
+    // zerorun (offload/shard_stores.h): every 16-bit shard off the device (the persistent parameters'
+    // gathered values stay); cpu: all of them in host memory; nvme: in the swap file, and in host
+    // memory buffer_count buffers of the largest shard each.
     const int64_t moved = p * part;
-    (offload_param == OffloadTarget::kNvme ? e.nvme_bytes : e.host_bytes) += moved;
     e.params_bytes -= moved;
+    if (offload_param == OffloadTarget::kCpu) {
+      e.host_bytes += moved;
+    } else {
+      int64_t largest = 0, tensors = 0;
+      for (const auto& grp : in.groups) {
+        for (int64_t t : grp) largest = std::max(largest, t);
+        tensors += static_cast<int64_t>(grp.size());
+      }
+      e.nvme_bytes += moved;
+      e.host_bytes += p * ((largest + n - 1) / n) * std::min(std::max<int64_t>(1, in.param_buffer_count), tensors);
+    }
   }
   return e;
 }
@@ -263,6 +275,8 @@ std::vector<StageEstimate> EstimateAll(const EstimateInput& in) {
   out.push_back(EstimateStage(in, 2, O::kCpu));
   out.push_back(EstimateStage(in, 3, O::kCpu));
   out.push_back(EstimateStage(in, 3, O::kNvme));
+  out.push_back(EstimateStage(in, 3, O::kNone, O::kCpu));
+  out.push_back(EstimateStage(in, 3, O::kNone, O::kNvme));
   out.push_back(EstimateStage(in, 3, O::kCpu, O::kCpu));
   out.push_back(EstimateStage(in, 3, O::kNvme, O::kNvme));
   return out;

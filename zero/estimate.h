@@ -42,6 +42,9 @@ struct EstimateInput {
   // and the host buffers swapping it (offload_optimizer.buffer_count).
   int64_t sub_group_numel = 1'000'000'000;
   int64_t nvme_buffer_count = 4;
+  // NVMe parameter offload (offload/shard_stores.h): offload_param.buffer_count buffers, each the
+  // largest shard.
+  int64_t param_buffer_count = 5;
   bool round_robin = false;  // round_robin_gradients (stages 1/2: the tensor order the buckets are cut in)
 };
 
@@ -59,7 +62,6 @@ struct StageEstimate {
   int stage = 0;
   OffloadTarget offload_optimizer = OffloadTarget::kNone;
   OffloadTarget offload_param = OffloadTarget::kNone;
-  bool implemented = true;         // zerorun trains it today (optimizer offload: yes; parameter offload: not yet)
   // Model states resident on the device between steps (the engine's MemCategory current values).
   int64_t params_bytes = 0;        // 16-bit (or fp32) working parameters, incl. stage-3 persistent ones
   int64_t grads_bytes = 0;
@@ -84,7 +86,7 @@ inline constexpr int64_t kMaxEstimateParams = 100'000'000'000'000;  // 1e14
 void ValidateEstimateInput(const EstimateInput& in);
 
 // One choice. Optimizer offload at stages 1-3 (cpu or nvme: zerorun swaps at stages 1/2 too, which
-// DeepSpeed does not), parameter offload only at stage 3 together with optimizer offload.
+// DeepSpeed does not), parameter offload only at stage 3 (with or without optimizer offload).
 StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget offload_optimizer = OffloadTarget::kNone,
                             OffloadTarget offload_param = OffloadTarget::kNone);
 // Every stage 0-3 without offload, then each offload choice of stages 1-3.

@@ -20,6 +20,7 @@
 #include "engine_test_util.h"
 #include "zerorun/zero/estimate.h"
 #include "zerorun/zero/partition.h"
+#include "zerorun/zero/strategy.h"
 
 using namespace zrtest;
 namespace fs = std::filesystem;
@@ -37,6 +38,8 @@ struct Case {
   int64_t prefetch = 50'000'000;
   int64_t max_live = 1'000'000'000;
   int64_t persistence = 100'000;
+  zero::OffloadTarget offload_param = zero::OffloadTarget::kNone;  // with a matching offload_param in zero_json
+  int64_t param_buffers = 5;                                       // its buffer_count
 };
 
 struct Measured {
@@ -44,6 +47,8 @@ struct Measured {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0, buckets_now = 0;
   int64_t params_peak = 0, buckets_peak = 0;
   int64_t pad_numel = 0, psi = 0;  // padded and real parameter elements
+  int64_t shard_store_bytes = -1;  // parameter offload: what the shard store holds in host memory
+  int64_t shard_units = 0;
 };
 
 // Largest-layer size as the estimator defines it for the engine's stage-3 windows: the most padded
@@ -102,6 +107,7 @@ std::vector<Measured> Run(const Case& k) {
     in.persistence_threshold = k.persistence;
     in.reduce_bucket_numel = cfg.zero_optimization.reduce_bucket_size;
     in.largest_layer = LargestLayer(model, k.world, k.persistence);
+    in.param_buffer_count = k.param_buffers;
 
     MemoryAccount& m = engine.memory();
     m.ResetPeaks();
@@ -112,7 +118,11 @@ std::vector<Measured> Run(const Case& k) {
       engine.Step();
     }
     Measured r;
-    r.est = zero::EstimateStage(in, k.stage);
+    r.est = zero::EstimateStage(in, k.stage, zero::OffloadTarget::kNone, k.offload_param);
+    if (zero::ShardStore* st = engine.zero_strategy().shard_store()) {
+      r.shard_store_bytes = st->resident_bytes();
+      r.shard_units = st->layout().num_units();
+    }
     r.pad_numel = zero::PaddedNumel(in, k.stage);
     r.psi = engine.num_parameters();
     r.params = m.Current(MemCategory::kParams);
@@ -131,6 +141,14 @@ std::vector<Measured> Run(const Case& k) {
 void CheckCase(const Case& k) {
   for (const Measured& r : Run(k)) {
     const zero::StageEstimate& e = r.est;
+    if (k.offload_param != zero::OffloadTarget::kNone) {
+      // The shard store's host memory: the estimate, plus each unit's 64-byte alignment (cpu) or each
+      // buffer's 4 KiB alignment (nvme), and the allocation's page rounding.
+      REQUIRE(r.shard_store_bytes >= 0);
+      CHECK(r.shard_store_bytes >= e.host_bytes);
+      const int64_t slack = k.offload_param == zero::OffloadTarget::kCpu ? 64 * r.shard_units : 4096 * k.param_buffers;
+      CHECK(r.shard_store_bytes <= e.host_bytes + slack + 4096);
+    }
     CHECK(r.params == e.params_bytes);
     CHECK(r.grads == e.grads_bytes);
     CHECK(r.master == e.master_bytes);
@@ -222,6 +240,33 @@ TEST_CASE("estimate vs measured: stage 3 persistence and max live; fp32 (no mast
   }
 }
 
+TEST_CASE("estimate vs measured: parameter offload (cpu, nvme), bf16 and fp32 (a master copy then)") {
+  const std::string dir = fs::temp_directory_path() / ("zr_estimate_swap_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (zero::OffloadTarget t : {zero::OffloadTarget::kCpu, zero::OffloadTarget::kNvme}) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      for (int world : {1, 2, 3}) {
+        CAPTURE(std::string(zero::OffloadTargetName(t)));
+        CAPTURE(std::string(DTypeName(dtype)));
+        CAPTURE(world);
+        Case k;
+        k.stage = 3;
+        k.world = world;
+        k.dtype = dtype;
+        k.persistence = 0;
+        k.prefetch = 300;
+        k.offload_param = t;
+        k.param_buffers = 3;
+        k.zero_json = Format(R"(, "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 300,
+                                "offload_param": {{"device": "{}", "nvme_path": "{}", "buffer_count": 3}})",
+                             zero::OffloadTargetName(t), dir);
+        CheckCase(k);
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("estimate vs measured: fp32 on the wire, fp32 gradient accumulation") {
   for (int stage = 0; stage <= 3; ++stage) {
     CAPTURE(stage);
@@ -252,7 +297,8 @@ TEST_CASE("zerorun-config estimate: exit codes and a config file's choices") {
   ToolRun ok = Tool("--params 7.5B --world-size 64 --largest-layer 100M --budget 24GiB");
   CHECK(ok.rc == 0);
   CHECK(ok.out.find("stage 3 ") != std::string::npos);
-  CHECK(ok.out.find("not implemented yet (parameter offload)") != std::string::npos);
+  CHECK(ok.out.find("stage 3 + params→nvme ") != std::string::npos);  // parameter offload alone is a choice too
+  CHECK(ok.out.find("params→nvme: in the swap file") != std::string::npos);
   CHECK(ok.out.find("Activations are not included") != std::string::npos);
   CHECK(Tool("--params 1e9").rc == 2);                                     // no --world-size
   CHECK(Tool("--world-size 2").rc == 2);                                   // no --params
