@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "zerorun/core/log.h"
 #include "zerorun/core/tensor.h"
 #include "zerorun/offload/pinned_pool.h"
+#include "zerorun/offload/swap_buffers.h"
 
 namespace zerorun::offload {
 namespace {
@@ -97,56 +97,27 @@ class NvmeStore final : public NvmeShardStore {
       }
     }
     std::vector<int64_t> slot_bytes;
-    int64_t file_bytes = kDirectIoAlignment;
-    for (int u = 0; u < layout_.num_units(); ++u) {
-      slot_bytes.push_back(layout_.UnitBytes(u));
-      file_bytes += kDirectIoAlignment + SwapFile::AlignedBytes(layout_.UnitBytes(u));
-    }
-    SwapDirOptions d = opt_.dir;
-    d.required_bytes = file_bytes;
-    dir_ = std::make_unique<SwapDir>(d);
-    IoEngineOptions io = opt_.io;
-    io.rank = opt_.dir.rank;
-    if (io.env == nullptr) io.env = opt_.dir.env;
-    engine_ = CreateIoEngine(io);
-    const int buffers = NvmeBuffers(layout_, opt_.buffer_count);
-    memory_ = PinnedBuffer(buffer_bytes_ * buffers, opt_.huge_pages);
-    std::vector<IoRegion> regions;
-    for (int b = 0; b < buffers; ++b) regions.push_back({Data(b), buffer_bytes_});
-    (void)engine_->RegisterBuffers(regions);
-    file_ = std::make_unique<SwapFile>(*dir_, "params", slot_bytes, *engine_);
-    bufs_.resize(static_cast<size_t>(buffers));
+    for (int u = 0; u < layout_.num_units(); ++u) slot_bytes.push_back(layout_.UnitBytes(u));
+    space_ = std::make_unique<SwapSpace>(opt_.dir, opt_.io, "params", slot_bytes, NvmeBuffers(layout_, opt_.buffer_count),
+                                         buffer_bytes_, layout_.num_units(), opt_.huge_pages, "NVMe parameter store");
+    file_ = space_->file.get();
+    bufs_ = space_->buffers.get();
     units_.resize(static_cast<size_t>(layout_.num_units()));
   }
 
-  ~NvmeStore() override {
-    for (Buf& b : bufs_) {
-      for (SwapWork* w : {&b.read, &b.write}) {
-        try {
-          w->Wait();
-        } catch (const Error& e) {
-          ZR_WARN("NVMe parameter store: a transfer failed while closing: {}", e.what());
-        }
-      }
-    }
-  }
-
   const zero::ShardStoreLayout& layout() const override { return layout_; }
-  std::string placement() const override {
-    return Format("nvme {} ({} buffers of {} in pinned host memory{})", file_->path(), bufs_.size(),
-                  FormatBytes(static_cast<double>(buffer_bytes_)), dir_->direct_io() ? "" : "; buffered I/O");
-  }
+  std::string placement() const override { return space_->Placement(); }
   Device device() const override { return Device::CPU(); }
-  int64_t resident_bytes() const override { return memory_.size(); }
+  int64_t resident_bytes() const override { return bufs_->host_bytes(); }
 
   void Prefetch(int u) override {
     CheckIndex(u);
-    Unit& s = units_[static_cast<size_t>(u)];
-    if (s.buffer >= 0 || s.generation == 0) return;
-    const int b = TakeBuffer(/*blocking=*/false);
+    const Unit& s = units_[static_cast<size_t>(u)];
+    if (bufs_->BufferOf(u) >= 0 || s.generation == 0) return;
+    const int b = bufs_->TakeBuffer(/*blocking=*/false, acquired_);
     if (b < 0) return;
-    Attach(b, u);
-    bufs_[static_cast<size_t>(b)].read = file_->SubmitRead(u, Data(b), layout_.UnitBytes(u), s.generation);
+    bufs_->Attach(b, u);
+    bufs_->read(b) = file_->SubmitRead(u, bufs_->Data(b), layout_.UnitBytes(u), s.generation);
     ++stats_.prefetches;
     ++stats_.swap_ins;
   }
@@ -155,41 +126,20 @@ class NvmeStore final : public NvmeShardStore {
     CheckIndex(u);
     Unit& s = units_[static_cast<size_t>(u)];
     ZR_CHECK(!s.acquired, "shard {} acquired twice", u);
-    if (s.buffer >= 0) {
-      Buf& b = bufs_[static_cast<size_t>(s.buffer)];
-      if (b.read.pending()) {
-        try {
-          b.read.Wait();
-        } catch (...) {
-          Detach(s.buffer);
-          throw;
-        }
-      } else {
-        ++stats_.hits;
+    bool hit = false;
+    const int b = bufs_->Load(u, access != zero::StateAccess::kRead, &hit, acquired_, [&](char* data) {
+      if (access == zero::StateAccess::kOverwrite) return;
+      if (s.generation == 0) {
+        std::memset(data, 0, static_cast<size_t>(layout_.UnitBytes(u)));
+        return;
       }
-      if (access != zero::StateAccess::kRead) WaitWrite(s.buffer);  // it is about to change
-    } else {
-      const int b = TakeBuffer(/*blocking=*/true);
-      Attach(b, u);
-      const int64_t bytes = layout_.UnitBytes(u);
-      if (access != zero::StateAccess::kOverwrite) {
-        if (s.generation == 0) {
-          std::memset(Data(b), 0, static_cast<size_t>(bytes));
-        } else {
-          try {
-            file_->Read(u, Data(b), bytes, s.generation);
-          } catch (...) {
-            Detach(b);
-            throw;
-          }
-          ++stats_.swap_ins;
-        }
-      }
-    }
+      file_->Read(u, data, layout_.UnitBytes(u), s.generation);
+      ++stats_.swap_ins;
+    }, /*keep_failed=*/true, FailureSuffix());
+    stats_.hits += hit;
     s.acquired = true;
     s.access = access;
-    bufs_[static_cast<size_t>(s.buffer)].last_use = ++clock_;
-    return Data(s.buffer);
+    return bufs_->Data(b);
   }
 
   void Release(int u) override {
@@ -198,22 +148,20 @@ class NvmeStore final : public NvmeShardStore {
     ZR_CHECK(s.acquired, "shard {} released without being acquired", u);
     s.acquired = false;
     if (s.access == zero::StateAccess::kRead) return;
-    const int b = s.buffer;
+    const int b = bufs_->BufferOf(u);
     ++s.generation;
-    bufs_[static_cast<size_t>(b)].write = file_->SubmitWrite(u, Data(b), layout_.UnitBytes(u), s.generation);
+    bufs_->write(b) = file_->SubmitWrite(u, bufs_->Data(b), layout_.UnitBytes(u), s.generation);
     ++stats_.swap_outs;
   }
 
   void Flush() override {
-    for (size_t b = 0; b < bufs_.size(); ++b) WaitWrite(static_cast<int>(b));
-    if (error_.empty()) return;
-    const std::string e = std::exchange(error_, std::string());
-    ZR_THROW(IoError, "{} (rank {}: writing a parameter shard back to NVMe failed)", e, opt_.dir.rank);
+    bufs_->WaitAllWrites();
+    if (bufs_->failed()) ZR_THROW(IoError, "{}{}", bufs_->TakeError(), FailureSuffix());
   }
 
   NvmeShardStoreStats stats() const override {
     NvmeShardStoreStats st = stats_;
-    st.buffers = static_cast<int>(bufs_.size());
+    st.buffers = bufs_->count();
     st.buffer_bytes = buffer_bytes_;
     st.file_bytes = file_->file_bytes();
     st.file = file_->path();
@@ -222,92 +170,24 @@ class NvmeStore final : public NvmeShardStore {
 
  private:
   struct Unit {
-    int buffer = -1;          // the buffer holding (or reading) it
     uint64_t generation = 0;  // of its newest record (0: never written, the shard is zeros)
     bool acquired = false;
     zero::StateAccess access = zero::StateAccess::kRead;
   };
-  struct Buf {
-    int unit = -1;
-    SwapWork read;
-    SwapWork write;
-    uint64_t last_use = 0;
-  };
 
   void CheckIndex(int u) const { ZR_CHECK(u >= 0 && u < layout_.num_units(), "shard {} of {}", u, layout_.num_units()); }
-  char* Data(int b) const { return memory_.as<char>() + static_cast<int64_t>(b) * buffer_bytes_; }
-
-  // Waits for buffer b's write; a failure is kept for Flush (the values are still in the buffer, and it
-  // stays attached so the next Acquire sees them).
-  void WaitWrite(int b) {
-    try {
-      bufs_[static_cast<size_t>(b)].write.Wait();
-    } catch (const IoError& e) {
-      if (error_.empty()) error_ = e.what();
-      failed_ = true;
-    }
-  }
-
-  void Attach(int b, int u) {
-    bufs_[static_cast<size_t>(b)].unit = u;
-    units_[static_cast<size_t>(u)].buffer = b;
-  }
-  void Detach(int b) {
-    Buf& buf = bufs_[static_cast<size_t>(b)];
-    if (buf.unit >= 0) units_[static_cast<size_t>(buf.unit)].buffer = -1;
-    buf.unit = -1;
-  }
-
-  // A free buffer, else the least recently used one whose shard is not acquired; its read (a prefetch
-  // nobody used yet) and its write are waited for. Non-blocking: -1 rather than wait for either.
-  int TakeBuffer(bool blocking) {
-    int best = -1;
-    uint64_t best_use = std::numeric_limits<uint64_t>::max();
-    for (size_t b = 0; b < bufs_.size(); ++b) {
-      const Buf& buf = bufs_[b];
-      if (buf.unit < 0) {
-        best = static_cast<int>(b);
-        break;
-      }
-      const Unit& s = units_[static_cast<size_t>(buf.unit)];
-      if (s.acquired) continue;
-      if (!blocking && (buf.read.pending() || !buf.write.Done())) continue;
-      if (buf.last_use < best_use) {
-        best = static_cast<int>(b);
-        best_use = buf.last_use;
-      }
-    }
-    if (best < 0) {
-      ZR_CHECK(!blocking, "NVMe parameter store: all {} buffers are in use", bufs_.size());
-      return -1;
-    }
-    try {
-      bufs_[static_cast<size_t>(best)].read.Wait();  // a prefetch nobody used: its data is dropped
-    } catch (const IoError&) {
-    }
-    WaitWrite(best);
-    if (failed_) {
-      // Evicting a shard whose write failed would lose it: report the failure now.
-      failed_ = false;
-      const std::string e = std::exchange(error_, std::string());
-      ZR_THROW(IoError, "{} (rank {}: writing a parameter shard back to NVMe failed)", e, opt_.dir.rank);
-    }
-    Detach(best);
-    return best;
+  std::string FailureSuffix() const {
+    return Format(" (rank {}: writing a parameter shard back to NVMe failed)", opt_.dir.rank);
   }
 
   zero::ShardStoreLayout layout_;
   NvmeShardStoreOptions opt_;
   int64_t buffer_bytes_;
-  std::unique_ptr<SwapDir> dir_;
-  std::unique_ptr<IoEngine> engine_;
-  PinnedBuffer memory_;
-  std::unique_ptr<SwapFile> file_;
-  std::vector<Buf> bufs_;  // after file_: their transfers finish before the file closes
+  std::unique_ptr<SwapSpace> space_;
+  SwapFile* file_ = nullptr;     // space_'s
+  SwapBuffers* bufs_ = nullptr;  // space_'s
   std::vector<Unit> units_;
-  std::string error_;  // the first failed write since the last Flush
-  bool failed_ = false;
-  uint64_t clock_ = 0;
+  std::function<bool(int)> acquired_ = [this](int u) { return units_[static_cast<size_t>(u)].acquired; };
   NvmeShardStoreStats stats_;
 };
 

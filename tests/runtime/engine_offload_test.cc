@@ -25,6 +25,16 @@ namespace {
 
 const char* kCpuOffload = R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
 
+// `off` trained exactly as `none`: every loss, skip, loss scale and final parameter bit for bit.
+void CheckSameRun(const RunResult& off, const RunResult& none, int world) {
+  CHECK(off.losses == none.losses);
+  CHECK(off.skipped == none.skipped);
+  CHECK(off.scales == none.scales);
+  for (int r = 0; r < world; ++r) {
+    CHECK(off.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
+  }
+}
+
 void CheckCpuOffloadBitwise(DType dtype) {
   for (int stage = 1; stage <= 3; ++stage) {
     for (int world = 1; world <= 3; ++world) {
@@ -42,12 +52,7 @@ void CheckCpuOffloadBitwise(DType dtype) {
       s.zero_json += kCpuOffload;
       const RunResult cpu = Train(s);
       REQUIRE(none.losses.size() == 20);
-      CHECK(cpu.losses == none.losses);
-      CHECK(cpu.skipped == none.skipped);
-      CHECK(cpu.scales == none.scales);
-      for (int r = 0; r < world; ++r) {
-        CHECK(cpu.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
-      }
+      CheckSameRun(cpu, none, world);
     }
   }
 }
@@ -187,11 +192,7 @@ void CheckNvmeOffloadBitwise(DType dtype) {
       s.zero_json += NvmeJson(dir.path(), (stage + world) % 2 == 0);  // pipelined or not, alternately
       const RunResult nvme = Train(s);
       REQUIRE(none.losses.size() == 20);
-      CHECK(nvme.losses == none.losses);
-      CHECK(nvme.skipped == none.skipped);
-      for (int r = 0; r < world; ++r) {
-        CHECK(nvme.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
-      }
+      CheckSameRun(nvme, none, world);
     }
   }
   CHECK(std::filesystem::is_empty(dir.path()));  // every job removed its swap directory
@@ -330,13 +331,7 @@ void CheckParamOffloadBitwise(DType dtype) {
           ParamOffloadJson(world % 2 == 0 ? "nvme" : "cpu", dir.path(), 3) + with_optimizer}) {
       CAPTURE(offload);
       s.zero_json = base + offload;
-      const RunResult off = Train(s);
-      CHECK(off.losses == none.losses);
-      CHECK(off.skipped == none.skipped);
-      CHECK(off.scales == none.scales);
-      for (int r = 0; r < world; ++r) {
-        CHECK(off.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
-      }
+      CheckSameRun(Train(s), none, world);
     }
   }
   CHECK(std::filesystem::is_empty(dir.path()));  // every job removed its swap directories
@@ -372,11 +367,7 @@ TEST_CASE("param offload: Lamb (two passes, per-tensor trust ratios over split t
     s.zero_json = R"(, "sub_group_size": 300, "stage3_param_persistence_threshold": 0)";
     const RunResult none = Train(s);
     s.zero_json += ParamOffloadJson("nvme", dir.path());
-    const RunResult nvme = Train(s);
-    CHECK(nvme.losses == none.losses);
-    for (int r = 0; r < world; ++r) {
-      CHECK(nvme.final_params[static_cast<size_t>(r)] == none.final_params[static_cast<size_t>(r)]);
-    }
+    CheckSameRun(Train(s), none, world);
   }
 }
 
