@@ -118,6 +118,7 @@ class NvmeStore final : public NvmeShardStore {
     if (b < 0) return;
     bufs_->Attach(b, u);
     bufs_->read(b) = file_->SubmitRead(u, bufs_->Data(b), layout_.UnitBytes(u), s.generation);
+    bufs_->Touch(b);  // the newest: later hints do not take it back before it is used
     ++stats_.prefetches;
     ++stats_.swap_ins;
   }

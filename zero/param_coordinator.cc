@@ -175,28 +175,36 @@ void ParamCoordinator::PrefetchFrom(size_t position) {
       ahead += slots_[i].shard_numel * comm_.size();
     }
   }
-  if (shards_ != nullptr) {
-    // Offloaded shards: start reading what the loop below may gather (the store ignores what it has no
-    // free buffer for), so the reads run together instead of one after another.
-    int64_t hinted = ahead;
-    for (size_t k = position; k < trace_.size() && hinted < opt_.prefetch_numel; ++k) {
-      for (int id : trace_[k].params) {
-        const Slot& s = slots_[static_cast<size_t>(id)];
-        if (s.state != State::kReleased || params_[static_cast<size_t>(id)].unit < 0) continue;
-        hinted += s.shard_numel * comm_.size();
-        shards_->Prefetch(params_[static_cast<size_t>(id)].unit);
-      }
-    }
-  }
-  for (size_t k = position; k < trace_.size() && ahead < opt_.prefetch_numel; ++k) {
-    for (int id : trace_[k].params) {
-      Slot& s = slots_[static_cast<size_t>(id)];
+  // Gathers ahead, in trace order, until prefetch_numel elements are ahead or max_live is reached.
+  size_t k = position, i = 0;
+  for (; k < trace_.size() && ahead < opt_.prefetch_numel; ++k, i = 0) {
+    const std::vector<int>& ids = trace_[k].params;
+    for (; i < ids.size(); ++i) {
+      Slot& s = slots_[static_cast<size_t>(ids[i])];
       if (s.state != State::kReleased) continue;
-      int64_t size = s.shard_numel * comm_.size();
-      if (ahead + size > opt_.prefetch_numel || resident_numel_ + size > opt_.max_live_numel) return;
-      Submit(id);
+      const int64_t size = s.shard_numel * comm_.size();
+      if (ahead + size > opt_.prefetch_numel || resident_numel_ + size > opt_.max_live_numel) break;
+      Submit(ids[i]);
       s.prefetched = true;
       ahead += size;
+    }
+    if (i < ids.size()) break;
+  }
+  if (shards_ == nullptr) return;
+  // Offloaded shards: start reading what the next window will gather — the parameters after the last
+  // one gathered, up to another prefetch_numel elements — so their reads overlap this module's
+  // computation (the store skips what it has no free buffer for). Reads never decide what is gathered
+  // when: every rank still submits the same gathers in the same order.
+  int64_t hinted = 0;
+  for (; k < trace_.size(); ++k, i = 0) {
+    const std::vector<int>& ids = trace_[k].params;
+    for (; i < ids.size(); ++i) {
+      const Slot& s = slots_[static_cast<size_t>(ids[i])];
+      const int unit = params_[static_cast<size_t>(ids[i])].unit;
+      if (s.state != State::kReleased || unit < 0) continue;
+      hinted += s.shard_numel * comm_.size();
+      if (hinted > opt_.prefetch_numel) return;
+      shards_->Prefetch(unit);
     }
   }
 }

@@ -6,7 +6,10 @@
 # the bytes its store moved are implied: every shard is read in forward and backward and written once
 # per step. Run under `flock /work/bench.lock` (2 cores: nothing else at the same time).
 #   bench/offload/params.sh [build-dir] [dir=/var/tmp] [reps=3] [steps=6]
-#   MODEL="--n_layer 8 --n_head 8 --d_model 512 --seq_len 16 --vocab_size 64" overrides the model.
+#   MODEL="--n_layer 8 --n_head 8 --d_model 512 --seq_len 16 --vocab_size 64" overrides the model;
+#   PREFETCH=E sets stage3_prefetch_bucket_size (default DeepSpeed's 5e7: this model's whole forward is
+#   gathered at its first module; a smaller window lets nvme read the next window's shards during the
+#   current one).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
@@ -14,10 +17,11 @@ dir=${2:-/var/tmp}
 reps=${3:-3}
 steps=${4:-6}
 model=${MODEL:-"--n_layer 8 --n_head 8 --d_model 512 --seq_len 16 --vocab_size 64"}
+prefetch=${PREFETCH:-50000000}
 train=$build/bin/zerorun-train
 [[ -x $train ]] || { echo "params.sh: $train not found" >&2; exit 1; }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); isa: $(grep -m1 -o 'avx512[a-z_]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "fs: $(df -T "$dir" | awk 'NR==2 {print $2}') at $dir; $(uname -sr); model: $model"
+echo "fs: $(df -T "$dir" | awk 'NR==2 {print $2}') at $dir; $(uname -sr); model: $model; prefetch $prefetch"
 work=$(mktemp -d "$dir/zerorun-param-bench-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cfg() {  # cfg NAME OFFLOAD_JSON
@@ -25,7 +29,7 @@ cfg() {  # cfg NAME OFFLOAD_JSON
 {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
  "zero_optimization": {"stage": 3, "reduce_bucket_size": 1000000, "sub_group_size": 1000000,
-   "stage3_param_persistence_threshold": 0 $2},
+   "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": $prefetch $2},
  "aio": {"block_size": 1048576, "queue_depth": 8}}
 JSON
 }
