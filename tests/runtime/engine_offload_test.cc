@@ -308,7 +308,8 @@ std::string ParamOffloadJson(const std::string& device, const std::string& path,
 
 // Stage 3 with the 16-bit shards in host memory (cpu) or swap files (nvme), alone and with optimizer
 // offload, against no offload: bitwise the same losses and parameters. World 2 and 3 also gather every
-// parameter on demand (persistence threshold 0) instead of keeping small ones resident.
+// parameter on demand (persistence threshold 0) instead of keeping small ones resident, through a small
+// prefetch window (so nvme reads the next window's shards ahead of their gathers).
 void CheckParamOffloadBitwise(DType dtype) {
   SwapTemp dir;
   for (int world = 1; world <= 3; ++world) {
@@ -321,7 +322,8 @@ void CheckParamOffloadBitwise(DType dtype) {
     s.steps = 20;
     s.dtype = dtype;
     s.zero_json = world == 1 ? R"(, "sub_group_size": 300)"
-                             : R"(, "sub_group_size": 300, "stage3_param_persistence_threshold": 0)";
+                             : R"(, "sub_group_size": 300, "stage3_param_persistence_threshold": 0,
+                                  "stage3_prefetch_bucket_size": 600)";
     const RunResult none = Train(s);
     REQUIRE(none.losses.size() == 20);
     const std::string base = s.zero_json;
@@ -380,7 +382,8 @@ TEST_CASE("param offload: no shard in device memory; nvme holds buffer_count sha
     s.stage = 3;
     s.micro = 2;
     s.dtype = DType::kBF16;
-    s.zero_json = R"(, "stage3_param_persistence_threshold": 0)" + ParamOffloadJson(device, dir.path(), 3);
+    s.zero_json = R"(, "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 8000)" +
+                  ParamOffloadJson(device, dir.path(), 3);
     runtime::Config cfg = LoadSpecConfig(s);
     gpt::GptConfig gc = TinyGpt(DType::kBF16);
     gc.n_layer = 4;  // many shards, the largest (4 x 32 x 32 / 2 ranks) a small part of them
@@ -416,6 +419,7 @@ TEST_CASE("param offload: no shard in device memory; nvme holds buffer_count sha
       CHECK(st.file.find(".params/") != std::string::npos);
       CHECK(st.swap_outs >= 4 * l.num_units());  // the initial write + one per step
       CHECK(st.swap_ins >= 3 * l.num_units());   // every shard read at least once per forward
+      CHECK(st.prefetches > 0);                  // the next window's shards, read ahead of their gathers
       // Host memory for the shards: the three buffers (each the largest shard), as the estimate says.
       CHECK(store->resident_bytes() == offload::NvmeShardStoreHostBytes(l, 3));
       CHECK(store->resident_bytes() < 2 * l.TotalNumel());
