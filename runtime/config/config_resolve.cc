@@ -338,6 +338,11 @@ void CheckOffload(ConfigBody& c, Collected& out) {
       out.Error(p + "device", Format("parameter offload requires ZeRO stage 3; found stage {} (device \"{}\")", stage,
                                      OffloadDeviceName(o.device)));
     }
+    if (o.device == OffloadDevice::kNvme && !o.pin_memory) {
+      out.Warn(p + "pin_memory", "false has no effect with device \"nvme\": the shard swap buffers are always "
+                                 "page-aligned and locked where RLIMIT_MEMLOCK allows (O_DIRECT and registered io_uring "
+                                 "buffers need them)");
+    }
   }
 }
 

@@ -162,6 +162,13 @@ TEST_SUITE("unit") {
     CHECK(Has(Errors(Z(R"("stage": 2, "offload_param": {"device": "cpu"})")), "zero_optimization.offload_param.device",
               "requires ZeRO stage 3; found stage 2"));
     CHECK(Errors(Z(R"("stage": 2, "offload_param": {"device": "none"})")).empty());
+    {  // pin_memory false cannot unpin NVMe swap buffers: said, not silently ignored
+      const rt::Config w = Load(Z(R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x", "pin_memory": false})"));
+      REQUIRE(w.warnings().size() == 1);
+      CHECK(w.warnings()[0].path == "zero_optimization.offload_param.pin_memory");
+      CHECK(w.warnings()[0].message.find("has no effect with device \"nvme\"") != std::string::npos);
+      CHECK(Load(Z(R"("stage": 3, "offload_param": {"device": "cpu", "pin_memory": false})")).warnings().empty());
+    }
     CHECK(Has(Errors(Z(R"("stage": 0, "offload_optimizer": {"device": "cpu"})")),
               "zero_optimization.offload_optimizer.device", "stage 1, 2 or 3; found stage 0"));
     // DeepSpeed refuses NVMe optimizer offload below stage 3; zerorun accepts it (with a warning).
