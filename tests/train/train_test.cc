@@ -462,6 +462,40 @@ TEST_CASE("zerorun-train: activation checkpointing from the config, 2 ranks at s
   fs::remove_all(d);
 }
 
+TEST_CASE("zerorun-train: ZeRO-Infinity (parameters and optimizer state on NVMe), 2 processes over UCX, equals none") {
+  fs::path d = TempDir("infinity");
+  fs::create_directories(d / "swap");
+  const std::string base = "{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+                           "{\"lr\": 0.003}}, \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, "
+                           "\"stage3_param_persistence_threshold\": 0, \"stage3_prefetch_bucket_size\": 4000";
+  WriteFile(d / "plain.json", base + "}}");
+  const std::string swap = (d / "swap").string();
+  WriteFile(d / "nvme.json", base + ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + swap +
+                                 "\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + swap +
+                                 "\", \"buffer_count\": 3}}}");
+  auto run = [&](const std::string& cfg) {
+    return Run("ZERORUN_LOG_LEVEL=info ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs 2 --master_port " +
+               std::to_string(FreePort()) + " " + BinDir() + "/zerorun-train --deepspeed_config " + (d / cfg).string() +
+               " --steps 4 --n_layer 4 --n_head 2 --d_model 32 --seq_len 16 --vocab_size 32 --summary " +
+               (d / (cfg + "_{rank}.out")).string());
+  };
+  const Proc plain = run("plain.json"), nvme = run("nvme.json");
+  INFO(plain.output, nvme.output);
+  REQUIRE(plain.status == 0);
+  REQUIRE(nvme.status == 0);
+  CHECK(nvme.output.find("offload: parameter shards in nvme " + swap) != std::string::npos);
+  CHECK(nvme.output.find("offload: optimizer state in nvme " + swap) != std::string::npos);
+  for (int r = 0; r < 2; ++r) {
+    rapidjson::Document a = ReadJson(d / ("plain.json_" + std::to_string(r) + ".out"));
+    rapidjson::Document b = ReadJson(d / ("nvme.json_" + std::to_string(r) + ".out"));
+    CHECK(Losses(a) == Losses(b));
+    CHECK(b["memory_bytes"]["params"]["current"].GetInt64() == 0);  // no shard in (device) memory between steps
+    CHECK(a["memory_bytes"]["params"]["current"].GetInt64() > 0);
+  }
+  CHECK(fs::is_empty(d / "swap"));  // both ranks removed their swap directories
+  fs::remove_all(d);
+}
+
 TEST_CASE("zerorun-train: dataloader_drop_last false keeps an epoch's partial last batch, true drops it") {
   fs::path d = TempDir("drop_last");
   std::string text;
