@@ -114,7 +114,7 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
     pieces[static_cast<size_t>(e.param)].push_back(p);
   }
   for (size_t id = 0; id < num_ids; ++id) {
-    strategy.LocalParameter(static_cast<int>(id), &local[id]);
+    local[id] = strategy.LocalRange(static_cast<int>(id));
     if (trainable[id] || impl_->host->P(static_cast<int>(id)).requires_grad()) continue;
     zero::Range r = local[id];
     if (!strategy.ShardsParameters()) r = EvenShare(local[id].size(), world, me);
@@ -283,8 +283,7 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
         const CheckpointTensor* t = m.FindTensor(p->name());
         if (!t) continue;  // not strict: left as it is
         const int id = impl_->param_id.at(p);
-        zero::Range el;
-        strategy.LocalParameter(id, &el);
+        const zero::Range el = strategy.LocalRange(id);
         if (!t->FindSlot(kSlotParam)) {
           ZR_THROW(CheckpointError, "checkpoint {}: tensor '{}' has no '{}' slot", *dir, p->name(), kSlotParam);
         }

@@ -119,6 +119,8 @@ struct Stage3Split {
   int64_t persistent_padded = 0;
   int64_t sharded_padded = 0;
   int64_t largest_sharded_padded = 0;
+  int64_t largest_padded = 0;  // over every tensor, persistent ones too
+  int64_t tensors = 0;
 };
 
 Stage3Split SplitStage3(const EstimateInput& in) {
@@ -126,6 +128,8 @@ Stage3Split SplitStage3(const EstimateInput& in) {
   for (const auto& group : in.groups) {
     for (int64_t t : group) {
       int64_t p = AlignUp(t, in.world_size);
+      s.largest_padded = std::max(s.largest_padded, p);
+      ++s.tensors;
       if (t <= in.persistence_threshold) {
         s.persistent_padded += p;
       } else {
@@ -255,13 +259,9 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     if (offload_param == OffloadTarget::kCpu) {
       e.host_bytes += moved;
     } else {
-      int64_t largest = 0, tensors = 0;
-      for (const auto& grp : in.groups) {
-        for (int64_t t : grp) largest = std::max(largest, t);
-        tensors += static_cast<int64_t>(grp.size());
-      }
+      const Stage3Split s = SplitStage3(in);
       e.nvme_bytes += moved;
-      e.host_bytes += p * ((largest + n - 1) / n) * std::min(std::max<int64_t>(1, in.param_buffer_count), tensors);
+      e.host_bytes += p * (s.largest_padded / n) * std::min(std::max<int64_t>(1, in.param_buffer_count), s.tensors);
     }
   }
   return e;

@@ -127,10 +127,10 @@ class FlatStrategy final : public PartitionedStrategy {
   Tensor AcquireFull(int id, ParamCoordinator::Purpose) override { return host_.Value(id); }
   void ReleaseFull(int) override {}
   Tensor LocalParameter(int id, Range* elements) override {
-    Tensor v = host_.Value(id);
-    *elements = {0, v.numel()};
-    return v;
+    *elements = LocalRange(id);
+    return host_.Value(id);
   }
+  Range LocalRange(int id) const override { return {0, params_[static_cast<size_t>(id)].numel}; }
   void ParametersChanged() override {}
 
  private:

@@ -51,14 +51,16 @@ class ShardedStrategy final : public PartitionedStrategy {
     return coord_->Acquire(id);
   }
   void ReleaseFull(int id) override { coord_->Release(id); }
+  Range LocalRange(int id) const override {
+    return ShardParamStage3(params_[static_cast<size_t>(id)].numel, comm_.size(), comm_.rank()).real;
+  }
   Tensor LocalParameter(int id, Range* elements) override {
-    const Stage3Shard sh = ShardParamStage3(params_[static_cast<size_t>(id)].numel, comm_.size(), comm_.rank());
-    *elements = sh.real;
-    if (!shard_store_) return shards_[static_cast<size_t>(id)].View(0, {sh.real.size()});
+    *elements = LocalRange(id);
+    if (!shard_store_) return shards_[static_cast<size_t>(id)].View(0, {elements->size()});
     // Offloaded: a copy (what the store holds is only borrowed while acquired).
-    Tensor copy = Tensor::Empty({sh.real.size()}, opt_.param_dtype, Device::CPU(), MemCategory::kOther);
+    Tensor copy = Tensor::Empty({elements->size()}, opt_.param_dtype, Device::CPU(), MemCategory::kOther);
     void* p = shard_store_->Acquire(id, StateAccess::kRead);
-    copy.CopyFrom(UnitTensor(p, sh.real.size()));
+    copy.CopyFrom(UnitTensor(p, elements->size()));
     shard_store_->Release(id);
     return copy;
   }

@@ -184,6 +184,9 @@ class Strategy {
   // out) at stage 3. Not a collective. Checkpoints read and write parameters here; after writing, call
   // ParametersChanged().
   virtual Tensor LocalParameter(int id, Range* elements) = 0;
+  // Just the elements LocalParameter would return (no copy: with parameter offload it would read the
+  // shard).
+  virtual Range LocalRange(int id) const = 0;
   // Writes `src` into this rank's copy of parameter id from element `offset` of LocalParameter's
   // range on (a checkpoint load; then ParametersChanged()). With parameter offload the copy is not in
   // memory, so writes go through here rather than into LocalParameter's tensor.

@@ -429,6 +429,15 @@ TEST_CASE("public DeepSpeed configs (tests/train/fixtures): each trains or is re
   CHECK(n >= 12);
 }
 
+// zerorun-train with <d>/<cfg> on 2 processes over UCX through the launcher: 4 steps of a small GPT,
+// each rank's summary in <d>/<cfg>_<rank>.out.
+Proc RunTwoRanks(const fs::path& d, const std::string& cfg, const std::string& extra = "") {
+  return Run("ZERORUN_LOG_LEVEL=info ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs 2 --master_port " +
+             std::to_string(FreePort()) + " " + BinDir() + "/zerorun-train --deepspeed_config " + (d / cfg).string() +
+             " --steps 4 --n_layer 4 --n_head 2 --d_model 32 --seq_len 16 --vocab_size 32" + extra + " --summary " +
+             (d / (cfg + "_{rank}.out")).string());
+}
+
 TEST_CASE("zerorun-train: activation checkpointing from the config, 2 ranks at stage 3 over UCX, equals none") {
   fs::path d = TempDir("ckpt_cfg");
   const std::string base = "{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
@@ -438,13 +447,7 @@ TEST_CASE("zerorun-train: activation checkpointing from the config, 2 ranks at s
   WriteFile(d / "ckpt.json", base + ", \"activation_checkpointing\": {\"cpu_checkpointing\": true, "
                                     "\"contiguous_memory_optimization\": true, \"number_checkpoints\": 2, "
                                     "\"profile\": true}}");
-  auto run = [&](const std::string& cfg) {
-    return Run("ZERORUN_LOG_LEVEL=info ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs 2 --master_port " +
-               std::to_string(FreePort()) + " " + BinDir() + "/zerorun-train --deepspeed_config " + (d / cfg).string() +
-               " --steps 4 --n_layer 4 --n_head 2 --d_model 32 --seq_len 16 --vocab_size 32 --dropout 0.1 --summary " +
-               (d / (cfg + "_{rank}.out")).string());
-  };
-  const Proc plain = run("plain.json"), ckpt = run("ckpt.json");
+  const Proc plain = RunTwoRanks(d, "plain.json", " --dropout 0.1"), ckpt = RunTwoRanks(d, "ckpt.json", " --dropout 0.1");
   INFO(plain.output, ckpt.output);
   REQUIRE(plain.status == 0);
   REQUIRE(ckpt.status == 0);
@@ -473,13 +476,7 @@ TEST_CASE("zerorun-train: ZeRO-Infinity (parameters and optimizer state on NVMe)
   WriteFile(d / "nvme.json", base + ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + swap +
                                  "\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + swap +
                                  "\", \"buffer_count\": 3}}}");
-  auto run = [&](const std::string& cfg) {
-    return Run("ZERORUN_LOG_LEVEL=info ZERORUN_COMM_BACKEND=ucx " + BinDir() + "/zerorun --num_procs 2 --master_port " +
-               std::to_string(FreePort()) + " " + BinDir() + "/zerorun-train --deepspeed_config " + (d / cfg).string() +
-               " --steps 4 --n_layer 4 --n_head 2 --d_model 32 --seq_len 16 --vocab_size 32 --summary " +
-               (d / (cfg + "_{rank}.out")).string());
-  };
-  const Proc plain = run("plain.json"), nvme = run("nvme.json");
+  const Proc plain = RunTwoRanks(d, "plain.json"), nvme = RunTwoRanks(d, "nvme.json");
   INFO(plain.output, nvme.output);
   REQUIRE(plain.status == 0);
   REQUIRE(nvme.status == 0);
