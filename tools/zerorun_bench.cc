@@ -166,9 +166,9 @@ void Sweep(Communicator& comm, const Args& a) {
   const size_t es = DTypeSize(a.dtype);
   const double bus = BusBandwidthFactor(a.op, n);
   if (comm.rank() == 0 && !a.json) {
-    std::printf("# zerorun-bench %s: backend %s, %d ranks, %s, %s, buffers on %s\n", OpTypeName(a.op),
-                comm.backend_name().c_str(), n, DTypeName(a.dtype), ReduceOpName(a.reduce),
-                comm.device().ToString().c_str());
+    std::printf("# zerorun-bench %s: backend %s, %d ranks, %s, %s, buffers on %s, fp32 reductions on %s\n",
+                OpTypeName(a.op), comm.backend_name().c_str(), n, DTypeName(a.dtype), ReduceOpName(a.reduce),
+                comm.device().ToString().c_str(), IsaName(ActiveIsa()).c_str());
     std::printf("# %12s %12s %10s %12s %12s %12s\n", "size(B)", "count", "iters", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)");
   }

@@ -41,7 +41,7 @@ read -r -a ranks <<< "${RANKS:-2 4}"
 read -r -a ops <<< "${OPS:-all_reduce reduce_scatter all_gather}"
 cores=$(nproc)
 echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $cores cores; ISA: $(grep -o -w -E 'avx512f|avx512bw|avx512_bf16|avx2|fma|f16c|sse4_2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "# zerorun kernels: $("$bench" allreduce --backend local --nprocs 1 --min-bytes 4 --max-bytes 4 2>&1 | grep -i -m1 -E 'isa|kernel' || echo 'comm reductions: compiler-vectorised loops (comm/reduce.cc), baseline x86-64')"
+echo "# zerorun: $("$bench" allreduce --backend local --nprocs 1 --min-bytes 4 --max-bytes 4 2>&1 | grep -o -m1 'fp32 reductions on [a-z0-9]*' || echo 'fp32 reductions: ISA not printed')"
 echo "# OpenMPI $(mpirun --version 2>/dev/null | head -1 | grep -o '[0-9.]*$'), UCX $(ucx_info -v 2>/dev/null | sed -n 's/.*version=\([0-9.]*\).*/\1/p' | head -1); host shared with other work: rounds interleaved, medians"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 lo=${sizes[0]}

@@ -165,6 +165,7 @@ ShmGroup::ShmGroup(int rank, int size, size_t slot_bytes, std::string name, void
   // Ranks outnumbering cores: a spinning rank keeps the one it waits for off the core, so yield almost at once.
   spin_us_ = cpus > 0 && size_ > cpus ? 1 : 50;
   acc_.reset(new char[(static_cast<size_t>(size_) + 1) * kBlock * 8]);
+  tree_.resize(static_cast<size_t>(size_));
 }
 
 ShmGroup::~ShmGroup() { ::munmap(base_, bytes_); }
@@ -264,6 +265,31 @@ void ShmGroup::FoldTree(char* dst, const char* const* srcs, size_t m, DType dt, 
   int p2 = 1;
   while (p2 * 2 <= n) p2 *= 2;
   const int extra = n - p2;
+  if (!Is16Bit(dt) && p2 > 1) {
+    // Same operations in the same order, straight from the slots: a leaf is its source, every inner
+    // node is written once (no copies into the accumulation blocks), the root into dst.
+    const char** cur = tree_.data();
+    for (size_t i = 0; i < m; i += kBlock) {
+      const size_t b = std::min(kBlock, m - i), o = i * es;
+      auto Acc = [&](int v) { return acc_.get() + static_cast<size_t>(v) * kBlock * as; };
+      for (int v = 0; v < p2; ++v) {
+        cur[v] = srcs[v] + o;
+        if (v < extra) {
+          ReduceBuffers(Acc(v), srcs[v] + o, srcs[v + p2] + o, b, dt, op, 0);
+          cur[v] = Acc(v);
+        }
+      }
+      for (int mask = 1; mask < p2; mask <<= 1) {
+        const bool root = mask * 2 == p2;
+        for (int v = 0; v < p2; v += 2 * mask) {
+          char* out = root ? dst + o : Acc(v);
+          ReduceBuffers(out, cur[v], cur[v + mask], b, dt, op, root ? n : 0);
+          cur[v] = out;
+        }
+      }
+    }
+    return;
+  }
   for (size_t i = 0; i < m; i += kBlock) {
     const size_t b = std::min(kBlock, m - i), o = i * es;
     auto Acc = [&](int v) { return acc_.get() + static_cast<size_t>(v) * kBlock * as; };

@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "zerorun/comm/communicator.h"
 #include "zerorun/comm/store.h"
@@ -114,6 +115,7 @@ class ShmGroup {
   uint32_t release_[2] = {0, 0};  // the step after which peers finished reading each slot
   int next_slot_ = 0;
   std::unique_ptr<char[]> acc_;  // accumulation blocks
+  std::vector<const char*> tree_;  // FoldTree's current node per leaf
   double spin_us_;             // spin this long before yielding (less when ranks outnumber cores)
 };
 

@@ -24,6 +24,8 @@ struct VecOps {
   // y = a * x; y = a + b; y += a * x. Outputs may alias inputs.
   void (*scale)(float* y, const float* x, float a, int64_t n) = nullptr;
   void (*add)(float* y, const float* a, const float* b, int64_t n) = nullptr;
+  // y = x / a, an IEEE division per element (scale by 1/a rounds differently). y may alias x.
+  void (*divide)(float* y, const float* x, float a, int64_t n) = nullptr;
   void (*axpy)(float* y, const float* x, float a, int64_t n) = nullptr;
   void (*gelu)(float* y, const float* x, int64_t n, GeluApprox approx) = nullptr;
   // dx = dy * gelu'(x)

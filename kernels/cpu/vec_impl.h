@@ -197,6 +197,13 @@ struct VecImpl {
     });
   }
 
+  static void Divide(float* y, const float* x, float a, int64_t n) {
+    ForEachLane<V>(n, [&](auto u, int64_t i) {
+      using U = decltype(u);
+      U::Store(y + i, U::Div(U::Load(x + i), U::Set1(a)));
+    });
+  }
+
   static void Add(float* y, const float* a, const float* b, int64_t n) {
     ForEachLane<V>(n, [&](auto u, int64_t i) {
       using U = decltype(u);
@@ -415,6 +422,7 @@ struct VecImpl {
       o.exp_shift_sum = &ExpShiftSum;
       o.scale = &Scale;
       o.add = &Add;
+      o.divide = &Divide;
       o.axpy = &Axpy;
       o.gelu = &Gelu;
       o.gelu_grad = &GeluGrad;
