@@ -24,6 +24,7 @@ struct WorkState {
   std::condition_variable cv;
   bool done = false;
   std::atomic<bool> done_flag{false};  // mirrors `done` for the lock-free spin in Wait
+  std::atomic<bool> waited{false};     // Work::Wait waits for it while another thread runs it
   std::exception_ptr error;
   std::weak_ptr<std::atomic<Communicator*>> owner;
   // For messages, formatted only when needed: the op and its group.
@@ -38,6 +39,15 @@ struct WorkState {
 namespace {
 
 constexpr size_t kMaxRecords = 100000;
+// A caller that submits and then waits runs its ops inline (Work::Wait). Waking the executor for each
+// of them costs a futex wake-up and puts a second thread of this rank on a core the peers need (it
+// took half of a 4 KiB all-reduce's time on 2 cores). So while ops are being waited for (the last op a
+// caller waited for finished less than kInlineWindow ago, whoever ran it) Submit does not wake the
+// executor: the next op is left to the caller's Wait. The executor polls every kDeferGrace instead and
+// runs an op that has stayed unclaimed that long, so an op nobody waits for still starts; Wait with a
+// timeout and IsCompleted wake it at once.
+constexpr double kInlineWindow = 2e-3;
+constexpr double kDeferGrace = 1e-3;
 // How long Work::Wait and an idle executor spin before sleeping (ZERORUN_COMM_SPIN_US, default 20).
 double SpinSeconds() {
   static const double s = [] {
@@ -152,8 +162,16 @@ std::string OpDesc::Describe(int rank, int size, const std::string& group) const
 
 bool Work::IsCompleted() const {
   if (!state_) return true;
+  if (state_->done_flag.load(std::memory_order_acquire)) return true;
+  WakeOwner();  // whoever polls wants it run: a deferred op (see Submit) starts now
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done;
+}
+
+void Work::WakeOwner() const {
+  if (auto owner = state_->owner.lock()) {
+    if (Communicator* c = owner->load()) c->WakeExecutor();
+  }
 }
 
 // Small ops finish within microseconds; a short spin before sleeping on the condition variable saves
@@ -174,7 +192,12 @@ void Work::Wait() const {
   // executor is idle: no thread hand-off at all.
   if (!state_->done_flag.load(std::memory_order_acquire)) {
     if (auto owner = state_->owner.lock()) {
-      if (Communicator* c = owner->load()) c->TryRunInline(state_.get());
+      if (Communicator* c = owner->load()) {
+        if (!c->TryRunInline(state_.get())) {
+          state_->waited.store(true, std::memory_order_relaxed);
+          c->WakeExecutor();
+        }
+      }
     }
   }
   SpinBriefly(state_->done_flag);
@@ -185,6 +208,7 @@ void Work::Wait() const {
 
 void Work::Wait(Millis timeout) const {
   if (!state_) return;
+  if (!state_->done_flag.load(std::memory_order_acquire)) WakeOwner();
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
     std::string msg = Format("{}: Work::Wait gave up after {} ms; the communicator is aborted", state_->what(),
@@ -363,41 +387,41 @@ std::string Communicator::DescribeStall(const OpDesc& op) {
 
 Work Communicator::Submit(OpDesc op) {
   // Argument checks (before the sequence number is consumed, so a bad call changes nothing).
-  const std::string where = Format("{} on group '{}' rank {}", OpTypeName(op.op), name_, rank_);
+  auto where = [&] { return Format("{} on group '{}' rank {}", OpTypeName(op.op), name_, rank_); };
   const bool reduces = op.op == OpType::kAllReduce || op.op == OpType::kReduceScatter || op.op == OpType::kReduce;
   if (reduces && !Reducible(op.dtype)) {
-    ZR_THROW(InvalidArgument, "{}: dtype {} cannot be reduced (fp32, fp16, bf16, fp64, int32, int64)", where,
+    ZR_THROW(InvalidArgument, "{}: dtype {} cannot be reduced (fp32, fp16, bf16, fp64, int32, int64)", where(),
              DTypeName(op.dtype));
   }
   const size_t es = DTypeSize(op.dtype);
   const size_t n = static_cast<size_t>(size_);
-  if (op.count > (size_t{1} << 50) / es) ZR_THROW(InvalidArgument, "{}: count {} is too large", where, op.count);
+  if (op.count > (size_t{1} << 50) / es) ZR_THROW(InvalidArgument, "{}: count {} is too large", where(), op.count);
   if (op.op == OpType::kBroadcast || op.op == OpType::kReduce) {
-    if (op.root < 0 || op.root >= size_) ZR_THROW(InvalidArgument, "{}: root {} outside [0, {})", where, op.root, size_);
+    if (op.root < 0 || op.root >= size_) ZR_THROW(InvalidArgument, "{}: root {} outside [0, {})", where(), op.root, size_);
   }
   if (op.op == OpType::kSend || op.op == OpType::kRecv) {
     if (op.root < 0 || op.root >= size_ || op.root == rank_) {
-      ZR_THROW(InvalidArgument, "{}: peer {} must be another rank in [0, {})", where, op.root, size_);
+      ZR_THROW(InvalidArgument, "{}: peer {} must be another rank in [0, {})", where(), op.root, size_);
     }
-    if (op.tag < 0 || op.tag >= (1 << 20)) ZR_THROW(InvalidArgument, "{}: tag {} outside [0, 2^20)", where, op.tag);
+    if (op.tag < 0 || op.tag >= (1 << 20)) ZR_THROW(InvalidArgument, "{}: tag {} outside [0, 2^20)", where(), op.tag);
   }
   if (op.count > 0) {
     bool need_send = op.op != OpType::kRecv && op.op != OpType::kBarrier && op.op != OpType::kBroadcast;
     bool need_recv = op.op != OpType::kSend && op.op != OpType::kBarrier &&
                      !(op.op == OpType::kReduce && op.root != rank_);
     if (op.op == OpType::kBroadcast) need_recv = true;
-    if ((need_send && !op.send) || (need_recv && !op.recv)) ZR_THROW(InvalidArgument, "{}: null buffer for {} elements", where, op.count);
+    if ((need_send && !op.send) || (need_recv && !op.recv)) ZR_THROW(InvalidArgument, "{}: null buffer for {} elements", where(), op.count);
     if (device().is_cpu() && op.send && op.recv && op.send != op.recv) {
       size_t bytes = op.count * es;
       if (op.op == OpType::kAllReduce || op.op == OpType::kReduce) {
-        if (Overlap(op.send, bytes, op.recv, bytes)) ZR_THROW(InvalidArgument, "{}: send and recv overlap but differ", where);
+        if (Overlap(op.send, bytes, op.recv, bytes)) ZR_THROW(InvalidArgument, "{}: send and recv overlap but differ", where());
       } else if (op.op == OpType::kReduceScatter) {
         if (op.recv != static_cast<const char*>(op.send) + rank_ * bytes && Overlap(op.send, bytes * n, op.recv, bytes)) {
-          ZR_THROW(InvalidArgument, "{}: recv overlaps send but is not send + rank*recv_count", where);
+          ZR_THROW(InvalidArgument, "{}: recv overlaps send but is not send + rank*recv_count", where());
         }
       } else if (op.op == OpType::kAllGather) {
         if (op.send != static_cast<char*>(op.recv) + rank_ * bytes && Overlap(op.send, bytes, op.recv, bytes * n)) {
-          ZR_THROW(InvalidArgument, "{}: send overlaps recv but is not recv + rank*send_count", where);
+          ZR_THROW(InvalidArgument, "{}: send overlaps recv but is not recv + rank*send_count", where());
         }
       }
     }
@@ -426,10 +450,13 @@ Work Communicator::Submit(OpDesc op) {
     return Work(work);
   }
   if (stop_) return Work(FailedWork(work->what() + ": communicator is shutting down"));
-  queue_.push_back({std::move(op), work});
+  const double now = NowSeconds();
+  const bool p2p = op.op == OpType::kSend || op.op == OpType::kRecv;
+  const bool defer = !p2p && !executor_asleep_ && now - waited_end_ < kInlineWindow;
+  queue_.push_back({std::move(op), work, now, defer});
   queued_flag_.store(true, std::memory_order_release);
   ++running_;
-  cv_.notify_all();
+  if (!defer) cv_.notify_all();
   return Work(work);
 }
 
@@ -489,8 +516,9 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
   {  // before the Work completes, so a caller that saw it complete never finds the op running
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
+    if (w->waited.load(std::memory_order_relaxed)) waited_end_ = NowSeconds();
   }
-  cv_.notify_all();
+  drain_cv_.notify_all();
   {
     std::lock_guard<std::mutex> lock(w->mu);
     w->done = true;
@@ -524,26 +552,75 @@ bool Communicator::RunQueued(Queued& q, double* start_out) {
 }
 
 bool Communicator::TryRunInline(const detail::WorkState* w) {
-  std::optional<Queued> q;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (executing_ || pending_count_ > 0 || queue_.empty() || queue_.front().work.get() != w) return false;
-    const OpType t = queue_.front().op.op;
-    if (t == OpType::kSend || t == OpType::kRecv) return false;
-    q = std::move(queue_.front());
-    queue_.pop_front();
-    queued_flag_.store(!queue_.empty(), std::memory_order_release);
-    executing_ = true;
-  }
-  double start = 0;
-  bool left_pending = RunQueued(*q, &start);
-  ZR_CHECK(!left_pending, "a collective left completion to a poll");
-  {
+  bool ran_own = false;
+  bool ran_any = false;
+  while (!ran_own) {
+    std::optional<Queued> q;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (executing_ || pending_count_ > 0 || queue_.empty()) break;
+      // Ops ahead of w's run first (submission order); a p2p op leaves completion to a poll, which
+      // only the executor does.
+      const bool queued = std::any_of(queue_.begin(), queue_.end(), [w](const Queued& x) { return x.work.get() == w; });
+      const OpType t = queue_.front().op.op;
+      if (!queued || t == OpType::kSend || t == OpType::kRecv) break;
+      q = std::move(queue_.front());
+      queue_.pop_front();
+      queued_flag_.store(!queue_.empty(), std::memory_order_release);
+      executing_ = true;
+    }
+    ran_own = q->work.get() == w;
+    ran_any = true;
+    double start = 0;
+    bool left_pending = RunQueued(*q, &start);
+    ZR_CHECK(!left_pending, "a collective left completion to a poll");
     std::lock_guard<std::mutex> lock(mu_);
     executing_ = false;
   }
+  if (!ran_any) return false;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waited_end_ = NowSeconds();
+    // An executor asleep without a timeout moves to polling (Submit stops waking it); one that waits
+    // for an op it was woken for takes it now.
+    wake = executor_asleep_ || (!queue_.empty() && !queue_.front().deferred);
+  }
+  if (wake) cv_.notify_all();
+  return ran_own;
+}
+
+void Communicator::WakeExecutor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool any = false;
+    for (Queued& q : queue_) {
+      any |= q.deferred;
+      q.deferred = false;
+    }
+    if (!any) return;
+  }
   cv_.notify_all();
-  return true;
+}
+
+void Communicator::WaitForWork(std::unique_lock<std::mutex>& lock) {
+  for (;;) {
+    if (stop_) return;
+    if (!queue_.empty() && !executing_) {
+      const Queued& f = queue_.front();
+      const double left = f.deferred && !aborted_.load() ? f.queued_at + kDeferGrace - NowSeconds() : 0;
+      if (left <= 0) return;
+      cv_.wait_for(lock, std::chrono::duration<double>(left));
+      continue;
+    }
+    if (NowSeconds() - waited_end_ < kInlineWindow) {  // ops are being waited for: poll for deferred ones
+      cv_.wait_for(lock, std::chrono::duration<double>(kDeferGrace));
+      continue;
+    }
+    executor_asleep_ = true;
+    cv_.wait(lock);
+    executor_asleep_ = false;
+  }
 }
 
 void Communicator::ExecutorLoop() {
@@ -565,9 +642,12 @@ void Communicator::ExecutorLoop() {
         SpinBriefly(queued_flag_);
         lock.lock();
       }
-      if (pending.empty()) cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !executing_); });
+      if (pending.empty()) WaitForWork(lock);
       if (stop_ && queue_.empty() && pending.empty() && !executing_) break;
-      if (!queue_.empty() && !executing_) {
+      // With p2p ops pending, Work::Wait cannot run a deferred op inline: take it at once.
+      if (!queue_.empty() && !executing_ &&
+          (!pending.empty() || stop_ || !queue_.front().deferred ||
+           NowSeconds() - queue_.front().queued_at >= kDeferGrace)) {
         next = std::move(queue_.front());
         queue_.pop_front();
         queued_flag_.store(!queue_.empty(), std::memory_order_release);
@@ -627,7 +707,7 @@ void Communicator::ExecutorLoop() {
 
 void Communicator::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return running_ == 0; });
+  drain_cv_.wait(lock, [&] { return running_ == 0; });
 }
 
 CommStats Communicator::Stats() const {

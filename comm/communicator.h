@@ -115,6 +115,7 @@ class Work {
   void Wait(Millis timeout) const;
 
  private:
+  void WakeOwner() const;  // asks the communicator's executor to run the op if it was deferred
   std::shared_ptr<detail::WorkState> state_;
 };
 
@@ -278,12 +279,20 @@ class Communicator {
   struct Queued {
     OpDesc op;
     std::shared_ptr<detail::WorkState> work;
+    double queued_at = 0;   // NowSeconds() at Submit
+    bool deferred = false;  // the executor was not woken for it (see Submit)
   };
   Work Submit(OpDesc op);
   void ExecutorLoop();
   bool RunQueued(Queued& q, double* start_out);
-  // Work::Wait's fast path: runs the op of `w` here if it is next and nothing else runs.
+  // Work::Wait's fast path: runs the queued collectives up to and including the op of `w` here, in
+  // order, when nothing else runs; false when it could not (an op runs elsewhere, a p2p op is queued).
   bool TryRunInline(const detail::WorkState* w);
+  // Wakes the executor for deferred ops (a waiter that cannot run them inline needs them run).
+  void WakeExecutor();
+  // The executor's wait (mu_ held): returns when the queue's front op is its to run (not deferred,
+  // or unclaimed for kDeferGrace) or on stop.
+  void WaitForWork(std::unique_lock<std::mutex>& lock);
   void Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start, std::exception_ptr err);
 
   std::string backend_name_;
@@ -304,7 +313,10 @@ class Communicator {
   int split_count_ = 0;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;        // the executor waits on it for work
+  std::condition_variable drain_cv_;  // Drain waits on it for running_ == 0
+  double waited_end_ = -1e30;         // when the last op a caller waited for finished (see Submit)
+  bool executor_asleep_ = false;      // the executor waits on cv_ without a timeout
   std::deque<Queued> queue_;
   std::atomic<bool> queued_flag_{false};  // !queue_.empty(), readable without mu_
   int64_t running_ = 0;  // queued or executing or pending p2p

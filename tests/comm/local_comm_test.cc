@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/comm/collectives_check.h"
@@ -131,6 +132,30 @@ TEST_CASE("local: async works complete in order and tensors are accepted") {
     comm.AllGather(ts[0], out).Wait();
     CHECK(out.ToVector()[25] == 3.0f);
     CHECK_THROWS_AS(comm.AllGather(ts[0], ts[1]), InvalidArgument);
+  });
+}
+
+TEST_CASE("local: an op nobody waits for or polls still runs right after ops ran inline") {
+  // While Work::Wait runs ops on the caller's thread, Submit does not wake the executor
+  // (comm/communicator.cc, kInlineWindow); the executor polls instead and takes an op that stayed
+  // unclaimed for kDeferGrace (1 ms). Without that poll this op would never start.
+  RunLocalRanks(2, [](Communicator& comm) {
+    std::vector<float> x(256, 1.0f);
+    for (int i = 0; i < 50; ++i) comm.AllReduce(x.data(), x.size(), DType::kF32, ReduceOp::kMax).Wait();
+    std::vector<float> y(256, static_cast<float>(comm.rank() + 1));
+    Work w = comm.AllReduce(y.data(), y.size(), DType::kF32, ReduceOp::kSum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(w.IsCompleted());  // the first look: IsCompleted itself wakes the executor for a deferred op
+    w.Wait();
+    CHECK(y[7] == 3.0f);
+    // Ops queued behind each other and waited for last-first run in submission order.
+    std::vector<float> a(64, 1.0f), b(64, 2.0f);
+    Work wa = comm.AllReduce(a.data(), a.size(), DType::kF32, ReduceOp::kSum);
+    Work wb = comm.AllReduce(b.data(), b.size(), DType::kF32, ReduceOp::kSum);
+    wb.Wait();
+    CHECK(wa.IsCompleted());
+    CHECK(a[0] == 2.0f);
+    CHECK(b[63] == 4.0f);
   });
 }
 
