@@ -15,6 +15,7 @@
 // all-gather (n-1)/n), in GB/s. Size is the full buffer as nccl-tests counts it: the all-reduce buffer,
 // the all-gather output, the reduce-scatter input. --json prints one object per line instead.
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/utsname.h>
 #include <sys/socket.h>
@@ -254,6 +255,29 @@ int PickFreePort() {
   return port;
 }
 
+bool BindRanks(int n) {
+  const char* e = std::getenv("ZERORUN_BENCH_BIND");
+  if (e != nullptr && std::string(e) == "0") return false;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  return ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 && n <= CPU_COUNT(&allowed);
+}
+
+// Pins the calling process to the r-th CPU it may run on.
+void BindToCpu(int r) {
+  cpu_set_t allowed, one;
+  CPU_ZERO(&allowed);
+  CPU_ZERO(&one);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed) && seen++ == r) {
+      CPU_SET(c, &one);
+      if (::sched_setaffinity(0, sizeof one, &one) != 0) std::perror("zerorun-bench: sched_setaffinity");
+      return;
+    }
+  }
+}
+
 // Forks n copies of this program as ranks 0..n-1; returns the worst exit status.
 int SpawnRanks(int n, int argc, char** argv) {
   const int port = PickFreePort();
@@ -281,6 +305,12 @@ int SpawnRanks(int n, int argc, char** argv) {
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("ZERORUN_JOB_TOKEN", token.c_str(), 1);
       ::setenv("ZERORUN_RESTART", "0", 1);
+      // zerorun runs OpenBLAS on one thread (kernels/cpu/blas.cc); its own pool, started when the
+      // library loads, would only spin in sched_yield for the first ~0.1 s, over most of a short sweep.
+      ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
+      // As OpenMPI's mpirun does by default for 2 ranks (and the zerorun launcher with --bind_cores):
+      // one core per rank when the ranks fit; ZERORUN_BENCH_BIND=0 leaves them to the scheduler.
+      if (BindRanks(n)) BindToCpu(r);
       // Simulated nodes for the hierarchical path: ranks r/K share a node (comm/ucx/ucx_comm.h).
       if (const char* k = std::getenv("ZERORUN_BENCH_RANKS_PER_NODE"); k && std::atoi(k) > 0) {
         ::setenv("ZERORUN_NODE_ID", std::to_string(r / std::atoi(k)).c_str(), 1);
