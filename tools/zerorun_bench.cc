@@ -8,7 +8,9 @@
 // Runs as one rank of a job started by the launcher (RANK, WORLD_SIZE, MASTER_* in the environment),
 // or, with --nprocs N, starts N ranks itself: N processes on this machine for ucx and nccl (with
 // ZERORUN_BENCH_RANKS_PER_NODE=K, ranks r/K get the same ZERORUN_NODE_ID: simulated nodes) (rendezvous on
-// a free loopback port; nccl rank r uses GPU LOCAL_RANK = r), N threads for local. With nccl the
+// a free loopback port; nccl rank r uses GPU LOCAL_RANK = r), N threads for local. Spawned ranks get
+// OPENBLAS_NUM_THREADS=1 unless it is set, and one CPU each (rank r the r-th CPU this process may use)
+// when N fits the CPUs, as mpirun binds 2 ranks by default; ZERORUN_BENCH_BIND=0 leaves them unbound. With nccl the
 // buffers are device memory of the communicator's GPU (core's allocator; --check data is copied in and
 // out), and a collective's time runs from its enqueue to its completion event. Per message size it prints time (µs, the slowest rank's mean
 // over --iters), algbw = size / time and busbw = algbw · factor (all-reduce 2(n-1)/n, reduce-scatter and
