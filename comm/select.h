@@ -5,7 +5,8 @@
 // records carry it (CommRecord::algorithm). The table (docs/comm.md, "selection"):
 //
 //   op              ranks on one host (shm)                      otherwise (ucx)
-//   all_reduce      <= small: one_shot/eager                     <= small or count < n: recursive_doubling/eager
+//   all_reduce      <= small: one_shot/eager (2 ranks, sum/avg:  <= small or count < n: recursive_doubling/eager
+//                     <= 16 KiB)
 //                   else: rs_ag/pipelined                        else: ring/pipelined
 //   reduce_scatter  rs/pipelined                                 ring/pipelined
 //   all_gather      direct/pipelined                             ring/pipelined
@@ -17,7 +18,8 @@
 //   all_reduce > small, sum/max/min: hierarchical/pipelined/shm+ucx; everything else as "otherwise".
 //   one rank        copy/eager over "self"
 // "small" is ZERORUN_UCX_SMALL_BYTES (default 64 KiB) for both transports, so the shm path reduces in the
-// same order as the UCX path it replaces (docs/comm.md states where the bits still differ).
+// same order as the UCX path it replaces (docs/comm.md states where the bits still differ); with 2 ranks
+// a sum has one order, so there shm switches at 16 KiB, where it measured faster.
 #pragma once
 
 #include <cstddef>
@@ -68,6 +70,10 @@ struct SelectInput {
   size_t small_bytes = 64 << 10;
   ReduceOp reduce = ReduceOp::kSum;
 };
+
+// Over shm with 2 ranks, sum and average all-reduces up to this size run one-shot, larger ones
+// reduce-scatter + all-gather (the UCX small threshold still decides for max and min).
+inline constexpr size_t kShmTwoRankOneShotBytes = 16 << 10;
 
 Selection Select(const SelectInput& in);
 

@@ -323,6 +323,25 @@ TEST_CASE("select: one function, shm inside a host, the UCX algorithms otherwise
   CHECK(std::string(Select(in).Describe()) == "ring/pipelined/ucx");
   in.shm = true;
   CHECK(std::string(Select(in).Describe()) == "rs_ag/pipelined/shm");
+  // 2 ranks over shm: a sum above 16 KiB goes reduce-scatter + all-gather (one order either way), max
+  // keeps the shared threshold (NaN and signed zeros depend on the order).
+  in.size = 2;
+  in.bytes = 32 << 10;
+  in.count = in.bytes / 4;
+  CHECK(std::string(Select(in).Describe()) == "rs_ag/pipelined/shm");
+  in.reduce = ReduceOp::kMax;
+  CHECK(std::string(Select(in).Describe()) == "one_shot/eager/shm");
+  in.reduce = ReduceOp::kSum;
+  in.bytes = kShmTwoRankOneShotBytes;
+  in.count = in.bytes / 4;
+  CHECK(std::string(Select(in).Describe()) == "one_shot/eager/shm");
+  in.shm = false;
+  in.bytes = 32 << 10;
+  CHECK(std::string(Select(in).Describe()) == "recursive_doubling/eager/ucx");
+  in.shm = true;
+  in.size = 4;
+  in.bytes = (64 << 10) + 4;
+  in.count = in.bytes / 4;
   in.op = OpType::kSend;
   CHECK(Select(in).transport == Transport::kUcx);  // point to point never goes through the segment
   in.op = OpType::kBroadcast;
