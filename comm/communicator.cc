@@ -41,11 +41,12 @@ namespace {
 constexpr size_t kMaxRecords = 100000;
 // A caller that submits and then waits runs its ops inline (Work::Wait). Waking the executor for each
 // of them costs a futex wake-up and puts a second thread of this rank on a core the peers need (it
-// took half of a 4 KiB all-reduce's time on 2 cores). So while ops are being waited for (the last op a
-// caller waited for finished less than kInlineWindow ago, whoever ran it) Submit does not wake the
-// executor: the next op is left to the caller's Wait. The executor polls every kDeferGrace instead and
-// runs an op that has stayed unclaimed that long, so an op nobody waits for still starts; Wait with a
-// timeout and IsCompleted wake it at once.
+// took half of a 4 KiB all-reduce's time on 2 cores). So while ops are being waited for (the last op to
+// finish had a caller waiting for it, whoever ran it) Submit does not wake the executor: the next op is
+// left to the caller's Wait. The executor polls every kDeferGrace instead, for kInlineWindow after the
+// last waited op finished, and runs an op that has stayed unclaimed that long, so an op nobody waits for
+// still starts; after the window it sleeps and Submit wakes it again. Wait with a timeout and
+// IsCompleted wake it at once.
 constexpr double kInlineWindow = 2e-3;
 constexpr double kDeferGrace = 1e-3;
 // How long Work::Wait and an idle executor spin before sleeping (ZERORUN_COMM_SPIN_US, default 20).
@@ -177,6 +178,7 @@ void Work::WakeOwner() const {
 // Small ops finish within microseconds; a short spin before sleeping on the condition variable saves
 // the wake-up latency of a thread hand-off (it dominated 4 KiB all-reduce time).
 static void SpinBriefly(const std::atomic<bool>& flag) {
+  if (flag.load(std::memory_order_acquire)) return;
   const double until = NowSeconds() + SpinSeconds();
   for (int i = 0; !flag.load(std::memory_order_acquire); ++i) {
     if ((i & 63) == 63) {
@@ -201,8 +203,11 @@ void Work::Wait() const {
     }
   }
   SpinBriefly(state_->done_flag);
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->done; });
+  // `error` is written before done_flag is released (Finish): once it reads true, no lock is needed.
+  if (!state_->done_flag.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait(lock, [&] { return state_->done; });
+  }
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
@@ -450,10 +455,9 @@ Work Communicator::Submit(OpDesc op) {
     return Work(work);
   }
   if (stop_) return Work(FailedWork(work->what() + ": communicator is shutting down"));
-  const double now = NowSeconds();
   const bool p2p = op.op == OpType::kSend || op.op == OpType::kRecv;
-  const bool defer = !p2p && !executor_asleep_ && now - waited_end_ < kInlineWindow;
-  queue_.push_back({std::move(op), work, now, defer});
+  const bool defer = !p2p && !executor_asleep_ && last_waited_;
+  queue_.push_back({std::move(op), work, 0.0, defer});
   queued_flag_.store(true, std::memory_order_release);
   ++running_;
   if (!defer) cv_.notify_all();
@@ -462,7 +466,8 @@ Work Communicator::Submit(OpDesc op) {
 
 void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start,
                           std::exception_ptr err) {
-  double secs = NowSeconds() - start;
+  const double end = NowSeconds();
+  const double secs = end - start;
   const int64_t n = size_;
   const int64_t es = static_cast<int64_t>(DTypeSize(op.dtype));
   int64_t payload = static_cast<int64_t>(op.count) * es;
@@ -494,9 +499,9 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
                         Format("\"bytes\": {}, \"seq\": {}, \"dtype\": \"{}\", \"count\": {}", payload, op.seq,
                                DTypeName(op.dtype), op.count));
     }
-    bool profiled = logger_.prof_all ||
-                    std::find(logger_.prof_ops.begin(), logger_.prof_ops.end(), OpTypeName(op.op)) != logger_.prof_ops.end();
-    if (logger_.enabled && profiled) {
+    const bool profiled = logger_.enabled && (logger_.prof_all || std::find(logger_.prof_ops.begin(), logger_.prof_ops.end(),
+                                                                            OpTypeName(op.op)) != logger_.prof_ops.end());
+    if (profiled) {
       CommRecord rec;
       rec.op = op.op;
       rec.seq = op.seq;
@@ -516,7 +521,8 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
   {  // before the Work completes, so a caller that saw it complete never finds the op running
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
-    if (w->waited.load(std::memory_order_relaxed)) waited_end_ = NowSeconds();
+    last_waited_ = w->waited.load(std::memory_order_relaxed);
+    if (last_waited_) waited_end_ = end;
   }
   drain_cv_.notify_all();
   {
@@ -553,7 +559,7 @@ bool Communicator::RunQueued(Queued& q, double* start_out) {
 
 bool Communicator::TryRunInline(const detail::WorkState* w) {
   bool ran_own = false;
-  bool ran_any = false;
+  bool wake = false;
   while (!ran_own) {
     std::optional<Queued> q;
     {
@@ -570,18 +576,12 @@ bool Communicator::TryRunInline(const detail::WorkState* w) {
       executing_ = true;
     }
     ran_own = q->work.get() == w;
-    ran_any = true;
+    q->work->waited.store(true, std::memory_order_relaxed);  // this caller waits for it (see Finish)
     double start = 0;
     bool left_pending = RunQueued(*q, &start);
     ZR_CHECK(!left_pending, "a collective left completion to a poll");
     std::lock_guard<std::mutex> lock(mu_);
     executing_ = false;
-  }
-  if (!ran_any) return false;
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    waited_end_ = NowSeconds();
     // An executor asleep without a timeout moves to polling (Submit stops waking it); one that waits
     // for an op it was woken for takes it now.
     wake = executor_asleep_ || (!queue_.empty() && !queue_.front().deferred);
@@ -607,7 +607,8 @@ void Communicator::WaitForWork(std::unique_lock<std::mutex>& lock) {
   for (;;) {
     if (stop_) return;
     if (!queue_.empty() && !executing_) {
-      const Queued& f = queue_.front();
+      Queued& f = queue_.front();
+      if (f.deferred && f.queued_at == 0) f.queued_at = NowSeconds();  // Submit reads no clock: grace from here
       const double left = f.deferred && !aborted_.load() ? f.queued_at + kDeferGrace - NowSeconds() : 0;
       if (left <= 0) return;
       cv_.wait_for(lock, std::chrono::duration<double>(left));
@@ -647,7 +648,7 @@ void Communicator::ExecutorLoop() {
       // With p2p ops pending, Work::Wait cannot run a deferred op inline: take it at once.
       if (!queue_.empty() && !executing_ &&
           (!pending.empty() || stop_ || !queue_.front().deferred ||
-           NowSeconds() - queue_.front().queued_at >= kDeferGrace)) {
+           (queue_.front().queued_at > 0 && NowSeconds() - queue_.front().queued_at >= kDeferGrace))) {
         next = std::move(queue_.front());
         queue_.pop_front();
         queued_flag_.store(!queue_.empty(), std::memory_order_release);

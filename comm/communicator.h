@@ -279,7 +279,7 @@ class Communicator {
   struct Queued {
     OpDesc op;
     std::shared_ptr<detail::WorkState> work;
-    double queued_at = 0;   // NowSeconds() at Submit
+    double queued_at = 0;   // deferred: when the executor first saw it (0: not yet; Submit reads no clock)
     bool deferred = false;  // the executor was not woken for it (see Submit)
   };
   Work Submit(OpDesc op);
@@ -316,6 +316,7 @@ class Communicator {
   std::condition_variable cv_;        // the executor waits on it for work
   std::condition_variable drain_cv_;  // Drain waits on it for running_ == 0
   double waited_end_ = -1e30;         // when the last op a caller waited for finished (see Submit)
+  bool last_waited_ = false;          // the last op to finish was waited for (Submit defers the next)
   bool executor_asleep_ = false;      // the executor waits on cv_ without a timeout
   std::deque<Queued> queue_;
   std::atomic<bool> queued_flag_{false};  // !queue_.empty(), readable without mu_
