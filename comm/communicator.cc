@@ -465,7 +465,7 @@ Work Communicator::Submit(OpDesc op) {
 }
 
 void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start,
-                          std::exception_ptr err) {
+                          std::exception_ptr err, bool inline_run) {
   const double end = NowSeconds();
   const double secs = end - start;
   const int64_t n = size_;
@@ -518,12 +518,20 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
       }
     }
   }
+  bool wake_executor = false;
   {  // before the Work completes, so a caller that saw it complete never finds the op running
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
     last_waited_ = w->waited.load(std::memory_order_relaxed);
     if (last_waited_) waited_end_ = end;
+    if (inline_run) {  // TryRunInline's bookkeeping, in the same critical section
+      executing_ = false;
+      // An executor asleep without a timeout moves to polling (Submit stops waking it); one that waits
+      // for an op it was woken for takes it now.
+      wake_executor = executor_asleep_ || (!queue_.empty() && !queue_.front().deferred);
+    }
   }
+  if (wake_executor) cv_.notify_all();
   drain_cv_.notify_all();
   {
     std::lock_guard<std::mutex> lock(w->mu);
@@ -536,7 +544,7 @@ void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& o
 
 // Runs one queued op on the calling thread (the executor, or a thread stealing it in Work::Wait).
 // Returns true when the op left completion to a poll (p2p); the caller then owns `q` as pending.
-bool Communicator::RunQueued(Queued& q, double* start_out) {
+bool Communicator::RunQueued(Queued& q, double* start_out, bool inline_run) {
   OpDesc& op = q.op;
   double start = NowSeconds();
   *start_out = start;
@@ -553,13 +561,12 @@ bool Communicator::RunQueued(Queued& q, double* start_out) {
     Abort(std::string(e.what()).rfind(what, 0) == 0 ? std::string(e.what()) : Format("{} failed: {}", what, e.what()));
   }
   if (!err && op.poll) return true;
-  Finish(q.work, op, start, err);
+  Finish(q.work, op, start, err, inline_run);
   return false;
 }
 
 bool Communicator::TryRunInline(const detail::WorkState* w) {
   bool ran_own = false;
-  bool wake = false;
   while (!ran_own) {
     std::optional<Queued> q;
     {
@@ -578,15 +585,9 @@ bool Communicator::TryRunInline(const detail::WorkState* w) {
     ran_own = q->work.get() == w;
     q->work->waited.store(true, std::memory_order_relaxed);  // this caller waits for it (see Finish)
     double start = 0;
-    bool left_pending = RunQueued(*q, &start);
+    bool left_pending = RunQueued(*q, &start, /*inline_run=*/true);  // Finish clears executing_
     ZR_CHECK(!left_pending, "a collective left completion to a poll");
-    std::lock_guard<std::mutex> lock(mu_);
-    executing_ = false;
-    // An executor asleep without a timeout moves to polling (Submit stops waking it); one that waits
-    // for an op it was woken for takes it now.
-    wake = executor_asleep_ || (!queue_.empty() && !queue_.front().deferred);
   }
-  if (wake) cv_.notify_all();
   return ran_own;
 }
 

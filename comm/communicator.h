@@ -284,7 +284,7 @@ class Communicator {
   };
   Work Submit(OpDesc op);
   void ExecutorLoop();
-  bool RunQueued(Queued& q, double* start_out);
+  bool RunQueued(Queued& q, double* start_out, bool inline_run = false);
   // Work::Wait's fast path: runs the queued collectives up to and including the op of `w` here, in
   // order, when nothing else runs; false when it could not (an op runs elsewhere, a p2p op is queued).
   bool TryRunInline(const detail::WorkState* w);
@@ -293,7 +293,9 @@ class Communicator {
   // The executor's wait (mu_ held): returns when the queue's front op is its to run (not deferred,
   // or unclaimed for kDeferGrace) or on stop.
   void WaitForWork(std::unique_lock<std::mutex>& lock);
-  void Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start, std::exception_ptr err);
+  // inline_run: called from TryRunInline, which leaves clearing executing_ (and waking the executor) to it.
+  void Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start, std::exception_ptr err,
+              bool inline_run = false);
 
   std::string backend_name_;
   std::string name_;

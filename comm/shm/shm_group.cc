@@ -166,6 +166,7 @@ ShmGroup::ShmGroup(int rank, int size, size_t slot_bytes, std::string name, void
   spin_us_ = cpus > 0 && size_ > cpus ? 1 : 50;
   acc_.reset(new char[(static_cast<size_t>(size_) + 1) * kBlock * 8]);
   tree_.resize(static_cast<size_t>(size_));
+  srcs_.resize(static_cast<size_t>(size_));
 }
 
 ShmGroup::~ShmGroup() { ::munmap(base_, bytes_); }
@@ -312,7 +313,7 @@ void ShmGroup::AllReduceOneShot(const void* send, void* recv, size_t count, DTyp
   const size_t per = std::max<size_t>(1, slot_bytes_ / es);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::vector<const char*> srcs(static_cast<size_t>(size_));
+  std::vector<const char*>& srcs = srcs_;
   for (size_t first = 0; first < count; first += per) {
     const size_t m = std::min(per, count - first);
     const int s = AcquireSlot(live);
@@ -342,7 +343,7 @@ void ShmGroup::Columns(Mode mode, const void* send, void* recv, size_t count, DT
   auto SegLen = [&](int c, size_t k) { return k * seg < Len(c) ? std::min(seg, Len(c) - k * seg) : size_t{0}; };
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::vector<const char*> srcs(static_cast<size_t>(n));
+  std::vector<const char*>& srcs = srcs_;
   for (size_t k = 0; k < columns; ++k) {
     const int s = AcquireSlot(live);
     char* mine = Slot(r, s);

@@ -116,6 +116,7 @@ class ShmGroup {
   int next_slot_ = 0;
   std::unique_ptr<char[]> acc_;  // accumulation blocks
   std::vector<const char*> tree_;  // FoldTree's current node per leaf
+  std::vector<const char*> srcs_;  // the sources of a fold (one per rank; ops run one at a time)
   double spin_us_;             // spin this long before yielding (less when ranks outnumber cores)
 };
 
