@@ -461,7 +461,7 @@ Work Communicator::Submit(OpDesc op) {
   queued_flag_.store(true, std::memory_order_release);
   ++running_;
   if (!defer) cv_.notify_all();
-  return Work(work);
+  return Work(std::move(work));
 }
 
 void Communicator::Finish(const std::shared_ptr<detail::WorkState>& w, OpDesc& op, double start,
