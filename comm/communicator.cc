@@ -2,6 +2,8 @@
 // per-group executor thread that runs backends' Execute in submission order.
 #include "zerorun/comm/communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
@@ -47,8 +50,27 @@ constexpr size_t kMaxRecords = 100000;
 // last waited op finished, and runs an op that has stayed unclaimed that long, so an op nobody waits for
 // still starts; after the window it sleeps and Submit wakes it again. Wait with a timeout and
 // IsCompleted wake it at once.
+// The price is that an op submitted right after a waited one (a stage-3 prefetch, a gradient bucket)
+// starts up to kDeferGrace late unless polled. With a core per rank the wake-up costs no measurable time
+// (2 ranks on 2 cores: the same 4 B-64 KiB times either way), so this is only done where ranks on the
+// host outnumber its CPUs (4 ranks on 2 cores: 5.5-21 us against 21-45 us for 4-64 KiB all-reduces).
+// ZERORUN_COMM_DEFER=1 or 0 forces it on or off.
 constexpr double kInlineWindow = 2e-3;
 constexpr double kDeferGrace = 1e-3;
+
+bool DeferToWaiters(int size) {
+  const char* e = std::getenv("ZERORUN_COMM_DEFER");
+  if (e != nullptr && *e != '\0') {
+    if (std::string(e) == "1") return true;
+    if (std::string(e) == "0") return false;
+    ZR_WARN("ignoring ZERORUN_COMM_DEFER='{}' (expected 0 or 1); deciding by ranks per CPU", e);
+  }
+  // Ranks on this host: LOCAL_SIZE from the launcher; the group itself for the local backend (threads).
+  long ranks = size;
+  if (const char* l = std::getenv("LOCAL_SIZE"); l != nullptr && std::atol(l) > 0) ranks = std::atol(l);
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && ranks > cpus;
+}
 // How long Work::Wait and an idle executor spin before sleeping (ZERORUN_COMM_SPIN_US, default 20).
 double SpinSeconds() {
   static const double s = [] {
@@ -245,6 +267,7 @@ Communicator::Communicator(std::string backend_name, std::string name, int rank,
   hosts_.assign(static_cast<size_t>(size), "?");
   self_ = std::make_shared<std::atomic<Communicator*>>(this);
   name_ptr_ = std::make_shared<const std::string>(name_);
+  defer_to_waiters_ = DeferToWaiters(size);
   executor_ = std::thread([this] { ExecutorLoop(); });
 }
 
@@ -456,7 +479,7 @@ Work Communicator::Submit(OpDesc op) {
   }
   if (stop_) return Work(FailedWork(work->what() + ": communicator is shutting down"));
   const bool p2p = op.op == OpType::kSend || op.op == OpType::kRecv;
-  const bool defer = !p2p && !executor_asleep_ && last_waited_;
+  const bool defer = defer_to_waiters_ && !p2p && !executor_asleep_ && last_waited_;
   queue_.push_back({std::move(op), work, 0.0, defer});
   queued_flag_.store(true, std::memory_order_release);
   ++running_;

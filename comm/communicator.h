@@ -319,6 +319,7 @@ class Communicator {
   std::condition_variable drain_cv_;  // Drain waits on it for running_ == 0
   double waited_end_ = -1e30;         // when the last op a caller waited for finished (see Submit)
   bool last_waited_ = false;          // the last op to finish was waited for (Submit defers the next)
+  bool defer_to_waiters_ = false;     // Submit may leave ops to waiters (ranks outnumber CPUs; see Submit)
   bool executor_asleep_ = false;      // the executor waits on cv_ without a timeout
   std::deque<Queued> queue_;
   std::atomic<bool> queued_flag_{false};  // !queue_.empty(), readable without mu_

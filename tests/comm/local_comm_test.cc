@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,7 +139,12 @@ TEST_CASE("local: async works complete in order and tensors are accepted") {
 TEST_CASE("local: an op nobody waits for or polls still runs right after ops ran inline") {
   // While Work::Wait runs ops on the caller's thread, Submit does not wake the executor
   // (comm/communicator.cc, kInlineWindow); the executor polls instead and takes an op that stayed
-  // unclaimed for kDeferGrace (1 ms). Without that poll this op would never start.
+  // unclaimed for kDeferGrace (1 ms). Without that poll this op would never start. Forced on: by default
+  // it is only on where ranks outnumber CPUs.
+  ::setenv("ZERORUN_COMM_DEFER", "1", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("ZERORUN_COMM_DEFER"); }
+  } unset;
   RunLocalRanks(2, [](Communicator& comm) {
     std::vector<float> x(256, 1.0f);
     for (int i = 0; i < 50; ++i) comm.AllReduce(x.data(), x.size(), DType::kF32, ReduceOp::kMax).Wait();
