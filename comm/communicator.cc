@@ -53,7 +53,7 @@ constexpr size_t kMaxRecords = 100000;
 // The price is that an op submitted right after a waited one (a stage-3 prefetch, a gradient bucket)
 // starts up to kDeferGrace late unless polled. With a core per rank the wake-up costs no measurable time
 // (2 ranks on 2 cores: the same 4 B-64 KiB times either way), so this is only done where ranks on the
-// host outnumber its CPUs (4 ranks on 2 cores: 5.5-21 us against 21-45 us for 4-64 KiB all-reduces).
+// host outnumber its CPUs (4 ranks on 2 cores: 5.5-21 us against 21-75 us for 4-64 KiB all-reduces).
 // ZERORUN_COMM_DEFER=1 or 0 forces it on or off.
 constexpr double kInlineWindow = 2e-3;
 constexpr double kDeferGrace = 1e-3;
