@@ -43,8 +43,8 @@ namespace {
 
 constexpr size_t kMaxRecords = 100000;
 // A caller that submits and then waits runs its ops inline (Work::Wait). Waking the executor for each
-// of them costs a futex wake-up and puts a second thread of this rank on a core the peers need (it
-// took half of a 4 KiB all-reduce's time on 2 cores). So while ops are being waited for (the last op to
+// of them costs a futex wake-up and puts a second thread of this rank on a core the peers need. So
+// while ops are being waited for (the last op to
 // finish had a caller waiting for it, whoever ran it) Submit does not wake the executor: the next op is
 // left to the caller's Wait. The executor polls every kDeferGrace instead, for kInlineWindow after the
 // last waited op finished, and runs an op that has stayed unclaimed that long, so an op nobody waits for
@@ -615,6 +615,7 @@ bool Communicator::TryRunInline(const detail::WorkState* w) {
 }
 
 void Communicator::WakeExecutor() {
+  if (!defer_to_waiters_) return;  // nothing is ever deferred: no lock on IsCompleted's polls
   {
     std::lock_guard<std::mutex> lock(mu_);
     bool any = false;
@@ -627,13 +628,17 @@ void Communicator::WakeExecutor() {
   cv_.notify_all();
 }
 
+double Communicator::GraceLeft(Queued& q) {
+  if (!q.deferred || aborted_.load()) return 0;
+  if (q.queued_at == 0) q.queued_at = NowSeconds();  // Submit reads no clock: the grace runs from here
+  return q.queued_at + kDeferGrace - NowSeconds();
+}
+
 void Communicator::WaitForWork(std::unique_lock<std::mutex>& lock) {
   for (;;) {
     if (stop_) return;
     if (!queue_.empty() && !executing_) {
-      Queued& f = queue_.front();
-      if (f.deferred && f.queued_at == 0) f.queued_at = NowSeconds();  // Submit reads no clock: grace from here
-      const double left = f.deferred && !aborted_.load() ? f.queued_at + kDeferGrace - NowSeconds() : 0;
+      const double left = GraceLeft(queue_.front());
       if (left <= 0) return;
       cv_.wait_for(lock, std::chrono::duration<double>(left));
       continue;
@@ -670,9 +675,7 @@ void Communicator::ExecutorLoop() {
       if (pending.empty()) WaitForWork(lock);
       if (stop_ && queue_.empty() && pending.empty() && !executing_) break;
       // With p2p ops pending, Work::Wait cannot run a deferred op inline: take it at once.
-      if (!queue_.empty() && !executing_ &&
-          (!pending.empty() || stop_ || !queue_.front().deferred ||
-           (queue_.front().queued_at > 0 && NowSeconds() - queue_.front().queued_at >= kDeferGrace))) {
+      if (!queue_.empty() && !executing_ && (!pending.empty() || stop_ || GraceLeft(queue_.front()) <= 0)) {
         next = std::move(queue_.front());
         queue_.pop_front();
         queued_flag_.store(!queue_.empty(), std::memory_order_release);

@@ -290,6 +290,9 @@ class Communicator {
   bool TryRunInline(const detail::WorkState* w);
   // Wakes the executor for deferred ops (a waiter that cannot run them inline needs them run).
   void WakeExecutor();
+  // Seconds until the executor may take `q` (mu_ held): 0 unless it is deferred and within its grace
+  // (kDeferGrace from when the executor first saw it; none once the communicator is aborted).
+  double GraceLeft(Queued& q);
   // The executor's wait (mu_ held): returns when the queue's front op is its to run (not deferred,
   // or unclaimed for kDeferGrace) or on stop.
   void WaitForWork(std::unique_lock<std::mutex>& lock);

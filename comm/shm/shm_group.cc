@@ -266,13 +266,13 @@ void ShmGroup::FoldTree(char* dst, const char* const* srcs, size_t m, DType dt, 
   int p2 = 1;
   while (p2 * 2 <= n) p2 *= 2;
   const int extra = n - p2;
+  auto Acc = [&](int v) { return acc_.get() + static_cast<size_t>(v) * kBlock * as; };
   if (!Is16Bit(dt) && p2 > 1) {
     // Same operations in the same order, straight from the slots: a leaf is its source, every inner
     // node is written once (no copies into the accumulation blocks), the root into dst.
     const char** cur = tree_.data();
     for (size_t i = 0; i < m; i += kBlock) {
       const size_t b = std::min(kBlock, m - i), o = i * es;
-      auto Acc = [&](int v) { return acc_.get() + static_cast<size_t>(v) * kBlock * as; };
       for (int v = 0; v < p2; ++v) {
         cur[v] = srcs[v] + o;
         if (v < extra) {
@@ -293,7 +293,6 @@ void ShmGroup::FoldTree(char* dst, const char* const* srcs, size_t m, DType dt, 
   }
   for (size_t i = 0; i < m; i += kBlock) {
     const size_t b = std::min(kBlock, m - i), o = i * es;
-    auto Acc = [&](int v) { return acc_.get() + static_cast<size_t>(v) * kBlock * as; };
     for (int v = 0; v < p2; ++v) {
       ToAccum(Acc(v), srcs[v] + o, b, dt);
       if (v < extra) ReduceIntoAccum(Acc(v), Acc(v), srcs[v + p2] + o, b, dt, op);
