@@ -1,19 +1,25 @@
-// CPU causal self-attention: one (batch, head) per pool chunk, each as a few single-threaded sgemms
-// over the head's (T, HS) slices, cut into row blocks of kBlock so the causal upper triangle is
-// mostly skipped. For a head with q, k, v (T, HS) and P the masked softmax of q k^T / sqrt(HS):
+// CPU causal self-attention: one (batch, head) per pool chunk. For a head with q, k, v (T, HS) and P
+// the masked softmax of q k^T / sqrt(HS):
 //   forward:  S = q k^T * scale,  P = softmax over s <= t,  out = P v
 //   backward: dP = dout v^T,  dS = P * (dP - rowsum(P * dP)) * scale,
 //             dv = P^T dout,  dq = dS k,  dk = dS^T q
-// fp32 slices are read and written in place through their leading dimensions (3C for qkv, C for
-// out). 16-bit slices: where oneDNN multiplies that dtype natively (bf16 on AVX512-BF16/AMX) the four
-// products of 16-bit operands (q k^T, P v; dout v^T, and with P and dS rounded to the dtype, dS k,
-// dS^T q, P^T dout) run on the slices in place with fp32 accumulation, as autocast frameworks do;
-// scores, softmax, P as saved and dS stay fp32. Elsewhere 16-bit slices are widened into per-thread
-// scratch and the results rounded once.
+// Three forms (FusedUnits picks):
+//  - AVX-512: the fused units of attention_units.h (register-tiled products, 6-row causal tiles, each
+//    tile's softmax while it is in L1). fp32 slices are read and written in place through their
+//    leading dimensions (3C for qkv, C for out); 16-bit slices are widened into per-thread scratch
+//    and the results rounded once.
+//  - Native 16-bit (bf16 where oneDNN multiplies it natively and the units do not run: on AMX, or
+//    with the ISA capped below AVX-512): the four products of 16-bit operands (q k^T, P v; dout v^T, and with P and dS rounded to
+//    the dtype, dS k, dS^T q, P^T dout) run on the slices in place with fp32 accumulation, as
+//    autocast frameworks do; scores, softmax, P as saved and dS stay fp32.
+//  - Otherwise single-threaded sgemms over the (T, HS) slices (16-bit widened), cut into row blocks
+//    of kBlock so the causal upper triangle is mostly skipped.
 #include <cmath>
 #include <algorithm>
 #include <cstring>
 
+#include "zerorun/core/cpu_features.h"
+#include "zerorun/kernels/cpu/attention_units.h"
 #include "zerorun/kernels/cpu/blas.h"
 #include "zerorun/kernels/cpu/blocks.h"
 #include "zerorun/kernels/cpu/cpu.h"
@@ -163,10 +169,50 @@ void BackwardNative16(void* dqkv, const void* dout, const void* qkv, const float
   }
 }
 
+// The backward of one (b, h) as single-threaded sgemms per causal block (the form below AVX-512):
+// dq, dk, dv (T, HS) with leading dimension ld.
+void BackwardSgemm(const Slice& q, const Slice& k, const Slice& vv, const Slice& dy, const float* P, int64_t T,
+                   int64_t HS, float scale, float* dq, float* dk, float* dv, int64_t ld, const VecOps& v) {
+  float* dS = Scratch(kScratchB, static_cast<size_t>(T * T));
+  // dP for rows [t0, t1) and keys [0, t1), turned into dS in place; entries s > t are zero.
+  for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+    int64_t t1 = std::min(T, t0 + kBlock);
+    Sgemm(false, true, t1 - t0, t1, HS, 1.0f, dy.p + t0 * dy.ld, dy.ld, vv.p, vv.ld, 0.0f, dS + t0 * T, T);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = dS + t * T;
+      const float* p = P + t * T;
+      float dot = v.dot(p, row, t + 1);
+      v.softmax_backward(row, row, p, dot, t + 1);
+      v.scale(row, row, scale, t + 1);
+      std::memset(row + t + 1, 0, static_cast<size_t>(t1 - t - 1) * sizeof(float));
+    }
+    // dq rows [t0, t1) = dS[t0:t1, 0:t1] k[0:t1].
+    Sgemm(false, false, t1 - t0, HS, t1, 1.0f, dS + t0 * T, T, k.p, k.ld, 0.0f, dq + t0 * ld, ld);
+  }
+  // dv and dk for keys [s0, s1): only queries t >= s0 attend to them.
+  for (int64_t s0 = 0; s0 < T; s0 += kBlock) {
+    int64_t s1 = std::min(T, s0 + kBlock);
+    Sgemm(true, false, s1 - s0, HS, T - s0, 1.0f, P + s0 * T + s0, T, dy.p + s0 * dy.ld, dy.ld, 0.0f, dv + s0 * ld,
+          ld);
+    Sgemm(true, false, s1 - s0, HS, T - s0, 1.0f, dS + s0 * T + s0, T, q.p + s0 * q.ld, q.ld, 0.0f, dk + s0 * ld, ld);
+  }
+}
+
+// Whether the fp32 path (16-bit slices widened) runs the fused units of attention_units.h: on
+// AVX-512 for fp32, for 16-bit oneDNN cannot multiply natively, and for bf16 it can unless the CPU
+// has AMX. Measured on AVX512-BF16 without AMX (Zen 5,
+// AVX512_BF16, zr_bench_kernels --only attn, B 8 T 128 C 256 NH 4), bf16 forward + backward took
+// 1.62-1.68 ms widened through the units against 1.80-1.81 ms native at 1 thread, 0.88-0.95 against
+// 1.02-1.03 ms at 2. AMX keeps the native products (not measured).
+bool FusedUnits(DType type) {
+  if (ActiveIsa() != Isa::kAvx512) return false;
+  return type == DType::kF32 || !Native16(type) || OnednnIsa() != "avx512_core_amx";
+}
+
 void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                       DType type) {
   EnsureBlasSingleThreaded();
-  if (Native16(type)) {
+  if (Native16(type) && !FusedUnits(type)) {
     int64_t HS = C / NH;
     float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
@@ -178,6 +224,7 @@ void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t
   }
   int64_t HS = C / NH;
   float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool fused = FusedUnits(type);
   ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
     const VecOps& v = Vec();
     for (int64_t unit = u0; unit < u1; ++unit) {
@@ -189,6 +236,11 @@ void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t
       float* P = att + unit * T * T;  // (T, T) of this head
       int64_t ldo;
       float* o = OutSlice(out, type, b * T, C, h * HS, Scratch(kScratchB, static_cast<size_t>(T * HS)), &ldo, HS);
+      if (fused) {
+        detail::AttentionUnitForwardAvx512({q.p, k.p, vv.p, q.ld, T, HS, scale}, o, ldo, P);
+        StoreSlice(o, out, type, b * T, T, C, h * HS, HS);
+        continue;
+      }
       for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
         int64_t t1 = std::min(T, t0 + kBlock);
         // Scores of rows [t0, t1) against keys [0, t1): the block's causal reach.
@@ -209,7 +261,7 @@ void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t
 void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att, int64_t B, int64_t T,
                        int64_t C, int64_t NH, DType type) {
   EnsureBlasSingleThreaded();
-  if (Native16(type)) {
+  if (Native16(type) && !FusedUnits(type)) {
     int64_t HS = C / NH;
     float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
@@ -221,44 +273,27 @@ void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const floa
   }
   int64_t HS = C / NH;
   float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool fused = FusedUnits(type);
   ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
     const VecOps& v = Vec();
     for (int64_t unit = u0; unit < u1; ++unit) {
       int64_t b = unit / NH, h = unit % NH;
       float* gathered = Scratch(kScratchA, static_cast<size_t>(4 * T * HS));
-      Slice q = LoadSlice(qkv, type, b * T, T, 3 * C, h * HS, HS, gathered, true);
-      Slice k = LoadSlice(qkv, type, b * T, T, 3 * C, C + h * HS, HS, gathered + T * HS, true);
-      Slice vv = LoadSlice(qkv, type, b * T, T, 3 * C, 2 * C + h * HS, HS, gathered + 2 * T * HS, true);
-      Slice dy = LoadSlice(dout, type, b * T, T, C, h * HS, HS, gathered + 3 * T * HS, true);
+      // The sgemm form runs faster on packed operands; the fused units read fp32 rows in place.
+      Slice q = LoadSlice(qkv, type, b * T, T, 3 * C, h * HS, HS, gathered, !fused);
+      Slice k = LoadSlice(qkv, type, b * T, T, 3 * C, C + h * HS, HS, gathered + T * HS, !fused);
+      Slice vv = LoadSlice(qkv, type, b * T, T, 3 * C, 2 * C + h * HS, HS, gathered + 2 * T * HS, !fused);
+      Slice dy = LoadSlice(dout, type, b * T, T, C, h * HS, HS, gathered + 3 * T * HS, !fused);
       const float* P = att + unit * T * T;
-      float* dS = Scratch(kScratchB, static_cast<size_t>(T * T));
       float* results = Scratch(kScratchC, static_cast<size_t>(3 * T * HS));
-      int64_t ldq, ldk, ldv;
+      int64_t ldq, ldk, ldv;  // all three the same: 3C in place, HS in scratch
       float* dq = OutSlice(dqkv, type, b * T, 3 * C, h * HS, results, &ldq, HS);
       float* dk = OutSlice(dqkv, type, b * T, 3 * C, C + h * HS, results + T * HS, &ldk, HS);
       float* dv = OutSlice(dqkv, type, b * T, 3 * C, 2 * C + h * HS, results + 2 * T * HS, &ldv, HS);
-      // dP for rows [t0, t1) and keys [0, t1), turned into dS in place; entries s > t are zero.
-      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-        int64_t t1 = std::min(T, t0 + kBlock);
-        Sgemm(false, true, t1 - t0, t1, HS, 1.0f, dy.p + t0 * dy.ld, dy.ld, vv.p, vv.ld, 0.0f, dS + t0 * T, T);
-        for (int64_t t = t0; t < t1; ++t) {
-          float* row = dS + t * T;
-          const float* p = P + t * T;
-          float dot = v.dot(p, row, t + 1);
-          v.softmax_backward(row, row, p, dot, t + 1);
-          v.scale(row, row, scale, t + 1);
-          std::memset(row + t + 1, 0, static_cast<size_t>(t1 - t - 1) * sizeof(float));
-        }
-        // dq rows [t0, t1) = dS[t0:t1, 0:t1] k[0:t1].
-        Sgemm(false, false, t1 - t0, HS, t1, 1.0f, dS + t0 * T, T, k.p, k.ld, 0.0f, dq + t0 * ldq, ldq);
-      }
-      // dv and dk for keys [s0, s1): only queries t >= s0 attend to them.
-      for (int64_t s0 = 0; s0 < T; s0 += kBlock) {
-        int64_t s1 = std::min(T, s0 + kBlock);
-        Sgemm(true, false, s1 - s0, HS, T - s0, 1.0f, P + s0 * T + s0, T, dy.p + s0 * dy.ld, dy.ld, 0.0f,
-              dv + s0 * ldv, ldv);
-        Sgemm(true, false, s1 - s0, HS, T - s0, 1.0f, dS + s0 * T + s0, T, q.p + s0 * q.ld, q.ld, 0.0f,
-              dk + s0 * ldk, ldk);
+      if (fused) {
+        detail::AttentionUnitBackwardAvx512({q.p, k.p, vv.p, q.ld, T, HS, scale}, dy.p, dy.ld, P, dq, dk, dv, ldq);
+      } else {
+        BackwardSgemm(q, k, vv, dy, P, T, HS, scale, dq, dk, dv, ldq, v);
       }
       StoreSlice(dq, dqkv, type, b * T, T, 3 * C, h * HS, HS);
       StoreSlice(dk, dqkv, type, b * T, T, 3 * C, C + h * HS, HS);

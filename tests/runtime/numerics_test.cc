@@ -263,6 +263,7 @@ TEST_CASE("numerics: statistics equal a direct computation over the full gradien
     return std::make_tuple(out, engine_norm, d);
   };
   const auto [w1, norm1, d] = run(1, 0, true);
+  const int64_t gc_layers = zrtest::TinyGpt(DType::kF32).n_layer, gc_dim = zrtest::TinyGpt(DType::kF32).d_model;
   REQUIRE(w1.size() == 2);  // TinyGpt: weights, and the no-decay biases and gains
   REQUIRE(d.size() == 2);
   double sum_squares = 0;
@@ -288,7 +289,12 @@ TEST_CASE("numerics: statistics equal a direct computation over the full gradien
       CHECK(w[g].numel == w1[g].numel);
       CHECK(w[g].grad_max_abs == doctest::Approx(w1[g].grad_max_abs).epsilon(1e-5));
       CHECK(w[g].grad_norm == doctest::Approx(w1[g].grad_norm).epsilon(1e-5));
-      CHECK(w[g].zero_fraction == w1[g].zero_fraction);
+      // Exact zeros are the same elements at every world size, except in the attention's key bias:
+      // its gradient is zero in exact arithmetic (a softmax ignores a constant added to its row), so
+      // each element is rounding noise, exactly zero in some summation orders and not in others.
+      const double numel = static_cast<double>(w1[g].numel);
+      const double key_bias = g == 1 ? static_cast<double>(gc_layers * gc_dim) : 0.0;
+      CHECK(std::fabs(w[g].zero_fraction - w1[g].zero_fraction) * numel <= key_bias);
     }
   }
 }

@@ -1,0 +1,222 @@
+// The fused fp32 attention of one (batch, head) on AVX-512 (attention_units.h). Built everywhere, run
+// only where the CPU has AVX-512. The row operations use vec_avx512.h's exp and run their tails masked
+// (rows are 1..T long; VecOps would take each row's last n % 16 lanes through scalar <cmath>).
+// GCC 12's AVX-512 headers start masked intrinsics from _mm512_undefined_ps(), which -Wuninitialized
+// reports once inlined (a compiler false positive); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "zerorun/kernels/cpu/attention_units.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "zerorun/kernels/cpu/scratch.h"
+#include "zerorun/kernels/cpu/vec_avx512.h"
+
+namespace zerorun::kernels::cpu::detail {
+namespace {
+
+constexpr int kMr = 6;   // rows of a C tile
+constexpr int kNv = 4;   // registers per tile row: 64 columns
+constexpr int64_t kNr = 16 * kNv;
+
+__mmask16 TailMask(int64_t n) {
+  const int64_t r = n % 16;
+  return r == 0 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << r) - 1);
+}
+
+// C[i, j] = alpha * sum_{p < k} A(i, p) B[p, j] for i < M and j < 16 (NV - 1) + popcount(last), where
+// A(i, p) = a[i a_rs + p a_cs] and B's rows are ldb apart. The M x NV accumulators stay in registers;
+// each step loads one row of B and broadcasts one column of A.
+template <int M, int NV>
+void Tile(int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
+          int64_t ldc, __mmask16 last) {
+  __m512 acc[M][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      bv[j] = j == NV - 1 ? _mm512_maskz_loadu_ps(last, bp + 16 * j) : _mm512_loadu_ps(bp + 16 * j);
+    }
+    const float* ap = a + p * a_cs;
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512 ai = _mm512_set1_ps(ap[i * a_rs]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(ai, bv[j], acc[i][j]);
+    }
+  }
+  const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      const __m512 r = _mm512_mul_ps(acc[i][j], al);
+      if (j == NV - 1) {
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * j, last, r);
+      } else {
+        _mm512_storeu_ps(c + i * ldc + 16 * j, r);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                        __mmask16);
+
+template <int M>
+constexpr TileFn kTileRow[kNv] = {&Tile<M, 1>, &Tile<M, 2>, &Tile<M, 3>, &Tile<M, 4>};
+constexpr const TileFn* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>, kTileRow<6>};
+
+// C (m, n) = alpha A B for m <= kMr rows (A and B as in Tile), in tiles of kNr columns.
+void RowPanel(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+              int64_t ldb, float* c, int64_t ldc) {
+  const TileFn* row = kTiles[m - 1];
+  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
+    const int64_t nj = std::min(kNr, n - j0);
+    row[(nj + 15) / 16 - 1](k, alpha, a, a_rs, a_cs, b + j0, ldb, c + j0, ldc, TailMask(nj));
+  }
+}
+
+__mmask16 LaneMask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// x[0, n) = softmax(x[0, n)) in place: exp(x - max) scaled by 1 / sum. A NaN carries to every output.
+void SoftmaxRow(float* x, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 mx = ninf;
+  for (int64_t i = 0; i < n; i += 16) mx = Avx512V::Max(_mm512_mask_loadu_ps(ninf, LaneMask(n - i), x + i), mx);
+  const __m512 shift = _mm512_set1_ps(Avx512V::ReduceMax(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = LaneMask(n - i);
+    const __m512 e = Avx512V::Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), shift));
+    sum = _mm512_mask_add_ps(sum, k, sum, e);
+    _mm512_mask_storeu_ps(x + i, k, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / Avx512V::ReduceAdd(sum));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = LaneMask(n - i);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+  }
+}
+
+// d[0, n) = p (d - sum p d) * scale in place: the softmax backward from dP to the scaled dS.
+void SoftmaxBackwardRow(float* d, const float* p, int64_t n, float scale) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = LaneMask(n - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, p + i), _mm512_maskz_loadu_ps(k, d + i), acc);
+  }
+  const __m512 dot = _mm512_set1_ps(Avx512V::ReduceAdd(acc)), sc = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = LaneMask(n - i);
+    const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + i), _mm512_sub_ps(_mm512_maskz_loadu_ps(k, d + i), dot));
+    _mm512_mask_storeu_ps(d + i, k, _mm512_mul_ps(g, sc));
+  }
+}
+
+// dst (16, 16) rows ldd apart = src (16, 16)^T, src rows ld apart: in registers, in three rounds of
+// shuffles (pairs of elements, then of pairs, then of 128-bit lanes twice).
+void Transpose16(const float* src, int64_t ld, float* dst, int64_t ldd) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // r[4 g + c], lane L: column 4 L + c of rows 4 g .. 4 g + 3.
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    _mm512_storeu_ps(dst + c * ldd, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
+    _mm512_storeu_ps(dst + (8 + c) * ldd, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd));
+    _mm512_storeu_ps(dst + (4 + c) * ldd, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88));
+    _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd));
+  }
+}
+
+// dst (cols, rows) = src (rows, cols)^T, src rows ld apart: whole 16 x 16 blocks in registers, the
+// edges element by element.
+void Transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  const int64_t rows16 = rows - rows % 16, cols16 = cols - cols % 16;
+  for (int64_t r0 = 0; r0 < rows16; r0 += 16) {
+    for (int64_t c0 = 0; c0 < cols16; c0 += 16) Transpose16(src + r0 * ld + c0, ld, dst + c0 * rows + r0, rows);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c_from = r < rows16 ? cols16 : 0;
+    for (int64_t c = c_from; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+  }
+}
+
+}  // namespace
+
+void AttentionUnitForwardAvx512(const AttentionUnit& u, float* out, int64_t ld_out, float* P) {
+  const int64_t T = u.T, HS = u.HS;
+  float* kT = Scratch(kScratchD, static_cast<size_t>(HS * T));
+  Transpose(u.k, u.ld_qkv, T, HS, kT);
+  for (int64_t i0 = 0; i0 < T; i0 += kMr) {
+    const int64_t m = std::min<int64_t>(kMr, T - i0);
+    const int64_t keys = i0 + m;  // the tile's causal reach
+    RowPanel(m, keys, HS, u.scale, u.q + i0 * u.ld_qkv, u.ld_qkv, 1, kT, T, P + i0 * T, T);
+    for (int64_t t = i0; t < keys; ++t) {
+      float* row = P + t * T;
+      SoftmaxRow(row, t + 1);
+      std::memset(row + t + 1, 0, static_cast<size_t>(T - t - 1) * sizeof(float));
+    }
+    RowPanel(m, HS, keys, 1.0f, P + i0 * T, T, 1, u.v, u.ld_qkv, out + i0 * ld_out, ld_out);
+  }
+}
+
+void AttentionUnitBackwardAvx512(const AttentionUnit& u, const float* dy, int64_t ld_dy, const float* P, float* dq,
+                                 float* dk, float* dv, int64_t ld_d) {
+  const int64_t T = u.T, HS = u.HS;
+  float* vT = Scratch(kScratchD, static_cast<size_t>(HS * T));
+  float* dS = Scratch(kScratchE, static_cast<size_t>(T * T));
+  Transpose(u.v, u.ld_qkv, T, HS, vT);
+  // Query tiles: dP = dy v^T turned into dS = P (dP - rowsum(P dP)) * scale over s <= t, zeros after
+  // it up to the tile's reach (the key tiles below read them), then dq = dS k.
+  for (int64_t i0 = 0; i0 < T; i0 += kMr) {
+    const int64_t m = std::min<int64_t>(kMr, T - i0);
+    const int64_t keys = i0 + m;
+    RowPanel(m, keys, HS, 1.0f, dy + i0 * ld_dy, ld_dy, 1, vT, T, dS + i0 * T, T);
+    for (int64_t t = i0; t < keys; ++t) {
+      float* row = dS + t * T;
+      SoftmaxBackwardRow(row, P + t * T, t + 1, u.scale);
+      std::memset(row + t + 1, 0, static_cast<size_t>(keys - t - 1) * sizeof(float));
+    }
+    RowPanel(m, HS, keys, 1.0f, dS + i0 * T, T, 1, u.k, u.ld_qkv, dq + i0 * ld_d, ld_d);
+  }
+  // Key tiles (the same 6-row grid): only queries t >= s0 attend to keys [s0, s0 + m), so
+  // dv = P^T dy and dk = dS^T q sum over those rows; A is read transposed (a_rs 1, a_cs T).
+  for (int64_t s0 = 0; s0 < T; s0 += kMr) {
+    const int64_t m = std::min<int64_t>(kMr, T - s0);
+    RowPanel(m, HS, T - s0, 1.0f, P + s0 * T + s0, 1, T, dy + s0 * ld_dy, ld_dy, dv + s0 * ld_d, ld_d);
+    RowPanel(m, HS, T - s0, 1.0f, dS + s0 * T + s0, 1, T, u.q + s0 * u.ld_qkv, u.ld_qkv, dk + s0 * ld_d, ld_d);
+  }
+}
+
+}  // namespace zerorun::kernels::cpu::detail

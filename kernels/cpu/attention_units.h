@@ -1,0 +1,33 @@
+// Causal attention of one (batch, head) in fp32 on AVX-512, fused (internal; attention.cc drives it).
+// The products run on a register-tiled micro-kernel (6 rows x 64 columns of C in 24 zmm accumulators)
+// instead of one library sgemm per causal block: at the benchmark GPT's head shapes (T 128, HS 64) a
+// library call costs 3-6 us of packing and dispatch for 0.5-1 MFLOP. The causal triangle is skipped
+// per 6-row tile, and each tile's softmax (or softmax backward) runs while the tile is in L1.
+// Uses the calling thread's kScratchD and kScratchE; callers keep to kScratchA..C.
+#pragma once
+
+#include <cstdint>
+
+namespace zerorun::kernels::cpu::detail {
+
+// q, k, v: (T, HS) slices with rows ld_qkv apart.
+struct AttentionUnit {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t ld_qkv;
+  int64_t T;
+  int64_t HS;
+  float scale;
+};
+
+// out (T, HS) rows ld_out apart = P v, with P (T, T) = the causal softmax of q k^T * scale, stored
+// with zeros above the diagonal.
+void AttentionUnitForwardAvx512(const AttentionUnit& u, float* out, int64_t ld_out, float* P);
+
+// From dy (T, HS) rows ld_dy apart and the forward's P: dq, dk, dv (T, HS), rows ld_d apart,
+// overwritten.
+void AttentionUnitBackwardAvx512(const AttentionUnit& u, const float* dy, int64_t ld_dy, const float* P, float* dq,
+                                 float* dk, float* dv, int64_t ld_d);
+
+}  // namespace zerorun::kernels::cpu::detail
