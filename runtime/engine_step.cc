@@ -3,6 +3,8 @@
 // one combined unscale+clip factor, applied inside the optimizer's pass over this rank's partition
 // (zero/strategy.h: Step, which also refreshes the parameters); LR schedule, counters, progress line
 // and monitor events.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -27,7 +29,16 @@ StepResult Engine::BoundaryStep() {
   const bool skips = fp16 || (config_.bf16.enabled && config_.bf16.check_grad_overflow);
   const bool check = skips || config_.numerics.enabled;
   r.loss_scale = impl_->scaler.scale();
-  r.overflow = check && strategy.AnyNonFinite();
+  // Where overflow is checked, the norm's sums of squares come first: a non-finite gradient makes its
+  // group's sum non-finite, so a finite sum (the same on every rank) proves every gradient finite and
+  // the element-by-element scan is skipped. A non-finite sum can also come from large finite values
+  // overflowing the sum's fp32 lanes, so then the scan decides.
+  std::vector<double> sums;
+  if (check) {
+    sums = strategy.GroupSumSquares();
+    const bool all_sums_finite = std::all_of(sums.begin(), sums.end(), [](double v) { return std::isfinite(v); });
+    r.overflow = strategy.AnyNonFinite(/*scan=*/!all_sums_finite);
+  }
   if (r.overflow) ReportNonFiniteGradients(&r);  // a collective only when some rank had a bad gradient
   ComputeGradNumerics(&r);
   bool skip = skips && r.overflow;
@@ -48,7 +59,7 @@ StepResult Engine::BoundaryStep() {
   if (skip) {
     ++skipped_steps_;
   } else {
-    const std::vector<double> sums = strategy.GroupSumSquares();
+    if (!check) sums = strategy.GroupSumSquares();
     UnscaleClip uc = ComputeUnscaleClip(GlobalNormFromSumSquares(sums), r.loss_scale, config_.gradient_clipping);
     r.grad_norm = uc.unscaled_norm;
     last_grad_norm_ = uc.unscaled_norm;

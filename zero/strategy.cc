@@ -71,8 +71,8 @@ void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups,
   optimizer_->Initialize();
 }
 
-bool PartitionedStrategy::AnyNonFinite() {
-  int32_t any_bad = optimizer_->LocalAllFinite() ? 0 : 1;
+bool PartitionedStrategy::AnyNonFinite(bool scan) {
+  int32_t any_bad = scan && !optimizer_->LocalAllFinite() ? 1 : 0;
   if (comm_.size() > 1) comm_.AllReduce(&any_bad, 1, DType::kI32, comm::ReduceOp::kMax).Wait();
   return any_bad != 0;
 }

@@ -5,7 +5,7 @@
 //
 //     BeginForward(boundary) · PreForward/PostForward(module, params) ...         forward
 //     PreBackward/PostBackward(module, params) · GradsReady(params) ... EndBackward  backward
-//     FinishReductions · AnyNonFinite · GroupSumSquares · Step(grad_scale) · ZeroGrads  boundary step
+//     FinishReductions · GroupSumSquares · AnyNonFinite · Step(grad_scale) · ZeroGrads  boundary step
 //     (GradStatistics, and ReportNonFinite after an overflow: the numerics monitor)
 //
 // Two implementations (MakeStrategy picks by stage):
@@ -154,8 +154,9 @@ class Strategy {
   // Waits for the reductions still travelling (stages 0/1 reduce on the boundary). Collective.
   virtual void FinishReductions() = 0;
   // True when any rank has a non-finite gradient (agreed by all ranks; collective). Which ones, on
-  // which ranks: ReportNonFinite.
-  virtual bool AnyNonFinite() = 0;
+  // which ranks: ReportNonFinite. `scan` false: this rank knows its gradients are finite (its share of
+  // a finite GroupSumSquares) and only takes part in the agreement, without reading them.
+  virtual bool AnyNonFinite(bool scan) = 0;
   // Each group's sum of squares of the (reduced, still scaled) gradients over all ranks. Collective.
   virtual std::vector<double> GroupSumSquares() = 0;
   // Each group's statistics of the reduced, still scaled gradients over all ranks (grad_stats.h):

@@ -14,7 +14,7 @@ namespace zerorun::zero {
 
 class PartitionedStrategy : public Strategy {
  public:
-  bool AnyNonFinite() override;
+  bool AnyNonFinite(bool scan) override;
   std::vector<double> GroupSumSquares() override;
   std::vector<GradStats> GradStatistics() override;
   NonFiniteReport ReportNonFinite(const std::vector<int64_t>& priority) override;

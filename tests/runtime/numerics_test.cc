@@ -403,6 +403,37 @@ TEST_CASE("numerics: an overflow planted in one module's gradient on rank 1 only
   }
 }
 
+TEST_CASE("numerics: bf16 gradients whose sum of squares overflows but which are finite are not an overflow") {
+  // The boundary step reads the norm's sums of squares first and scans the gradients only when a sum
+  // is not finite. 1e30 squared overflows the sum's fp32 lanes, so the scan runs and finds every
+  // gradient finite: the step is applied (bf16 checks overflow by default). With an Inf among the same
+  // values it is an overflow, and skipped.
+  for (int world : {1, 2}) {
+    CAPTURE(world);
+    std::mutex mu;
+    comm::RunLocalRanks(world, [&](comm::Communicator& comm) {
+      Chain model(DType::kBF16);
+      model.Initialize(3);
+      runtime::Engine engine(model, ChainConfig(world, 2, DType::kBF16), comm);
+      model.p->plant = Planted::Plant::kGradValues;
+      model.p->grad_values = {1e30f, -1e30f, 1.0f, -2.0f, 3.0f, 0.5f, 0.25f, 0.0f};
+      for (int step = 0; step < 3; ++step) {
+        if (step == 1) model.p->grad_values[3] = kInf;
+        if (step == 2) model.p->grad_values[3] = -2.0f;
+        engine.Forward(Inputs(comm.rank(), step), Tensor());
+        engine.Backward();
+        const runtime::StepResult r = engine.Step();
+        std::lock_guard<std::mutex> lock(mu);
+        CAPTURE(step);
+        CHECK(r.overflow == (step == 1));
+        CHECK(r.applied == (step != 1));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      CHECK(engine.skipped_steps() == 1);
+    });
+  }
+}
+
 TEST_CASE("numerics: fp32 training names non-finite gradients with numerics.enabled and still applies the step") {
   comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
     Chain model(DType::kF32);
