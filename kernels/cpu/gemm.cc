@@ -222,15 +222,19 @@ void BiasAdd(void* out, DType out_type, const void* bias, DType bias_type, int64
   });
 }
 
-// Column blocks, each summed over all rows in fp32 in row order: deterministic for any thread count.
+// Column blocks, each summed over all rows in fp32 in row order: deterministic for any thread count
+// and block width. One block per pool thread (up to kMaxCols wide, so the sums stay in L1), so each
+// row is read in long contiguous pieces.
 void BiasBackward(void* dbias, DType dbias_type, const void* dout, DType dout_type, int64_t N, int64_t C) {
-  constexpr int64_t kCols = 256;
+  constexpr int64_t kMinCols = 64, kMaxCols = 2048;
+  const int64_t threads = ThreadPool::Default().num_threads();
+  const int64_t cols = std::clamp<int64_t>(((C + threads - 1) / threads + 15) / 16 * 16, kMinCols, kMaxCols);
   const VecOps& vec = Vec();
-  ParallelFor(0, (C + kCols - 1) / kCols, 1, [&](int64_t b, int64_t e) {
-    float acc[kCols];
-    float* row = Scratch(kScratchA, kCols);
+  ParallelFor(0, (C + cols - 1) / cols, 1, [&](int64_t b, int64_t e) {
+    float* acc = Scratch(kScratchC, static_cast<size_t>(cols));
+    float* row = Scratch(kScratchA, static_cast<size_t>(cols));
     for (int64_t blk = b; blk < e; ++blk) {
-      int64_t j0 = blk * kCols, w = std::min(kCols, C - j0);
+      int64_t j0 = blk * cols, w = std::min(cols, C - j0);
       std::fill(acc, acc + w, 0.0f);
       for (int64_t i = 0; i < N; ++i) {
         const float* r = row;
@@ -241,7 +245,7 @@ void BiasBackward(void* dbias, DType dbias_type, const void* dout, DType dout_ty
         }
         vec.add(acc, acc, r, w);  // the ISA's vector add (this file is compiled for the base ISA)
       }
-      float* old = Scratch(kScratchB, kCols);
+      float* old = Scratch(kScratchB, static_cast<size_t>(cols));
       LoadRow(dbias, dbias_type, j0, old, w);
       for (int64_t j = 0; j < w; ++j) old[j] += acc[j];
       StoreRow(old, dbias, dbias_type, j0, w);
