@@ -3,13 +3,16 @@
 #include "zerorun/core/thread_pool.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 
 #include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
 
 namespace zerorun {
 
@@ -32,7 +35,52 @@ std::mutex g_default_mu;
 std::unique_ptr<ThreadPool> g_default;
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+namespace {
+
+// How long an idle worker (and a caller waiting for its last chunk) polls before sleeping on a
+// futex. Waking a sleeping thread costs tens of microseconds on these VMs (the idle vCPU halts), and
+// a training step issues a few hundred ParallelFor calls, most a few microseconds to milliseconds
+// apart. Polling yields the CPU every few microseconds, and is off where the pools of the ranks on
+// this host (LOCAL_SIZE from the launcher) outnumber its CPUs. ZERORUN_POOL_SPIN_US overrides it.
+int64_t SpinNanos(int num_threads) {
+  constexpr int64_t kDefaultSpinUs = 100;
+  if (const char* e = std::getenv("ZERORUN_POOL_SPIN_US"); e != nullptr && *e != '\0') {
+    char* end = nullptr;
+    const long long us = std::strtoll(e, &end, 10);
+    if (*end == '\0' && us >= 0) return static_cast<int64_t>(us) * 1000;
+    ZR_WARN("ignoring ZERORUN_POOL_SPIN_US='{}' (expected microseconds >= 0); using {}", e, kDefaultSpinUs);
+    return kDefaultSpinUs * 1000;
+  }
+  long ranks = 1;
+  if (const char* l = std::getenv("LOCAL_SIZE"); l != nullptr && std::atol(l) > 0) ranks = std::atol(l);
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 0 && ranks * num_threads > cpus) return 0;
+  return kDefaultSpinUs * 1000;
+}
+
+}  // namespace
+
+// Polls done() for up to ns nanoseconds (pausing, and yielding the CPU every 64 polls); false if it
+// never became true.
+template <class Pred>
+bool ThreadPool::SpinUntil(const Pred& done, int64_t ns) {
+  if (done()) return true;
+  if (ns <= 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  for (uint32_t i = 1;; ++i) {
+    if (done()) return true;
+    if (i % 64 == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return done();
+      sched_yield();
+    } else {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+}
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)), spin_ns_(SpinNanos(num_threads_)) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -72,13 +120,24 @@ void ThreadPool::WorkerLoop() {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_ && queue_.empty()) return;
-      job = queue_.front();
-      // Leave the job queued while chunks remain so other workers can join it.
-      if (job->next.load(std::memory_order_relaxed) >= job->num_chunks) {
-        queue_.pop_front();
-        continue;
+      for (;;) {
+        // Exhausted jobs at the front stay queued until their caller removes them; step over them.
+        while (!queue_.empty() && queue_.front()->next.load(std::memory_order_relaxed) >= queue_.front()->num_chunks) {
+          queue_.pop_front();
+        }
+        if (!queue_.empty()) {
+          job = queue_.front();
+          break;
+        }
+        if (stop_) return;
+        const uint64_t seen = posted_.load(std::memory_order_relaxed);
+        lock.unlock();
+        const bool posted = SpinUntil([&] { return posted_.load(std::memory_order_acquire) != seen; }, spin_ns_);
+        lock.lock();
+        if (posted) continue;
+        ++sleepers_;
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        --sleepers_;
       }
     }
     RunChunks(*job);
@@ -104,15 +163,19 @@ void ThreadPool::ParallelFor(int64_t begin, int64_t end, int64_t grain,
   job->end = end;
   job->chunk = (n + chunks - 1) / chunks;
   job->num_chunks = (n + job->chunk - 1) / job->chunk;
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(job);
+    posted_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;  // spinning workers see posted_; sleeping ones need the futex
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   RunChunks(*job);
-  {
+  const auto finished = [&] { return job->done.load(std::memory_order_acquire) == job->num_chunks; };
+  if (!SpinUntil(finished, spin_ns_)) {
     std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == job->num_chunks; });
+    job->cv.wait(lock, finished);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

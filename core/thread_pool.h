@@ -1,9 +1,11 @@
 // A thread pool for CPU kernels. ParallelFor splits a range into chunks that the pool's workers and
 // the calling thread take in turn; it returns when every chunk is done and rethrows the first
 // exception a chunk threw. Several threads may call ParallelFor on one pool at once (the `local`
-// backend runs ranks as threads); a ParallelFor issued from inside a chunk runs inline.
+// backend runs ranks as threads); a ParallelFor issued from inside a chunk runs inline. Idle threads
+// poll briefly before sleeping (ZERORUN_POOL_SPIN_US, thread_pool.cc).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,8 +41,13 @@ class ThreadPool {
   struct Job;
   void WorkerLoop();
   static void RunChunks(Job& job);
+  template <class Pred>
+  static bool SpinUntil(const Pred& done, int64_t ns);
 
   int num_threads_;
+  int64_t spin_ns_;  // how long idle threads poll before sleeping (thread_pool.cc)
+  std::atomic<uint64_t> posted_{0};  // jobs queued so far: what spinning workers watch
+  int sleepers_ = 0;                 // workers waiting on cv_ (under mu_)
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;

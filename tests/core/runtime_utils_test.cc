@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -64,6 +66,41 @@ TEST_CASE("ParallelFor from several threads at once, nested, and with exceptions
   std::atomic<int> n{0};
   pool.ParallelFor(0, 10, 1, [&](int64_t b, int64_t e) { n += static_cast<int>(e - b); });
   CHECK(n == 10);
+}
+
+TEST_CASE("ParallelFor with idle workers polling or asleep: every job runs, none waits for a lost wake-up") {
+  // Workers poll for ZERORUN_POOL_SPIN_US after a job, then sleep. Short gaps catch them polling,
+  // longer ones asleep; the last job's two chunks wait for each other, so it ends only once a worker
+  // has taken the second (a lost wake-up hangs here, and ctest's timeout fails it).
+  char path[] = "/tmp/zr_pool_log_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  zr::SetLogFile(path);
+  for (const char* spin : {"0", "50", "100000", "soon"}) {
+    CAPTURE(spin);
+    setenv("ZERORUN_POOL_SPIN_US", spin, 1);
+    zr::ThreadPool pool(2);
+    for (int rep = 0; rep < 300; ++rep) {
+      std::atomic<int64_t> total{0};
+      pool.ParallelFor(0, 64, 1, [&](int64_t b, int64_t e) { total += e - b; });
+      REQUIRE(total.load() == 64);
+      if (rep % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rep % 20 == 0 ? 300 : 20));
+    }
+    std::atomic<int> started{0};
+    pool.ParallelFor(0, 2, 1, [&](int64_t, int64_t) {
+      started++;
+      while (started.load() < 2) std::this_thread::yield();
+    });
+    CHECK(started.load() == 2);
+  }
+  unsetenv("ZERORUN_POOL_SPIN_US");
+  zr::SetLogFile("");
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CHECK(ss.str().find("ignoring ZERORUN_POOL_SPIN_US='soon'") != std::string::npos);
+  std::remove(path);
 }
 
 TEST_CASE("Philox4x32-10 matches the published known-answer vectors") {
