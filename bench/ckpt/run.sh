@@ -2,10 +2,11 @@
 # Training-checkpoint save and load throughput of zerorun-train (Engine::SaveCheckpoint/LoadCheckpoint,
 # one rank) beside fio on the same directory, interleaved, as ratios. The model: a GPT of
 # 6 layers x d 768 (42.9M parameters, fp32 + AdamW: ~515 MB of weights, exp_avg, exp_avg_sq). fio
-# writes the checkpoint's byte count as one file sequentially in 1 MiB buffered writes with an fsync at
-# the end (what the safetensors writer does: buffered writes, fsync, rename), the better of without and
-# with --sync_file_range=write:8 (writeback started every 8 MiB, as zerorun's writer does), and reads
-# it back the same way; the page cache is dropped before every load and every fio read (root), so both read the disk.
+# writes the checkpoint's byte count as one file sequentially with an fsync at the end, the best of
+# four ways (buffered 1 MiB writes as the safetensors writer does, the same with
+# --sync_file_range=write:8 as zerorun's writer does, O_DIRECT 1 MiB writes, O_DIRECT 4 MiB writes two
+# in flight on io_uring), and reads it back in 1 MiB buffered reads; the page cache is dropped before
+# every load and every fio read (root), so both read the disk.
 #   bench/ckpt/run.sh [build-dir] [dir on the disk to measure (default /var/tmp)] [rounds (default 3)]
 # Also the time an asynchronous save (checkpoint.writer.decoupled) blocks training, at a process's first
 # save and at its next one, against the synchronous
@@ -62,13 +63,15 @@ for round in $(seq "$rounds"); do
   save_s=$(sed -E 's/.*bytes, ([0-9.]+) s.*/\1/' <<< "$line")
   total=$(du -sb "$work/ck" | cut -f1)
   mkdir -p "$work/fio"
-  # fio's best of two: plain buffered writes, and with sync_file_range(WRITE) every 8 MiB (writeback
-  # started while it writes, as zerorun's writer does).
+  # fio's best of four: buffered 1 MiB writes, the same with sync_file_range(WRITE) every 8 MiB
+  # (writeback started while it writes, as zerorun's writer does), O_DIRECT 1 MiB writes, and O_DIRECT
+  # 4 MiB writes two in flight on io_uring (the peer's best, whichever it is on the disk measured).
   fw=0
-  for extra in "" "--sync_file_range=write:8"; do
+  for extra in "--bs=1M --ioengine=psync --direct=0" "--bs=1M --ioengine=psync --direct=0 --sync_file_range=write:8" \
+               "--bs=1M --ioengine=psync --direct=1" "--bs=4M --ioengine=io_uring --iodepth=2 --direct=1"; do
     rm -rf "$work/fio"/*
-    bw=$(fio --name=ckpt --directory="$work/fio" --rw=write --bs=1M --size="$total" --ioengine=psync --direct=0 \
-             --end_fsync=1 $extra --output-format=json | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["write"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
+    bw=$(fio --name=ckpt --directory="$work/fio" --rw=write --size="$total" --end_fsync=1 $extra --output-format=json \
+           | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["write"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
     fw=$(python3 -c "print(max($fw, $bw))")
   done
   dropcache
