@@ -128,6 +128,19 @@ void ForwardNative16(void* out, float* P, const void* qkv, int64_t b, int64_t h,
   }
 }
 
+// Rows [t0, t1) of dS (T, T), holding dP, turned into dS = P (dP - rowsum(P dP)) * scale over s <= t,
+// zeros after it up to t1 (the block's reach).
+void SoftmaxBackwardRows(float* dS, const float* P, int64_t T, int64_t t0, int64_t t1, float scale, const VecOps& v) {
+  for (int64_t t = t0; t < t1; ++t) {
+    float* row = dS + t * T;
+    const float* p = P + t * T;
+    float dot = v.dot(p, row, t + 1);
+    v.softmax_backward(row, row, p, dot, t + 1);
+    v.scale(row, row, scale, t + 1);
+    std::memset(row + t + 1, 0, static_cast<size_t>(t1 - t - 1) * sizeof(float));
+  }
+}
+
 // The native path of the backward for one (b, h).
 void BackwardNative16(void* dqkv, const void* dout, const void* qkv, const float* P, int64_t b, int64_t h, int64_t T,
                       int64_t C, int64_t HS, float scale, DType type, const VecOps& v) {
@@ -146,14 +159,7 @@ void BackwardNative16(void* dqkv, const void* dout, const void* qkv, const float
   for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
     int64_t t1 = std::min(T, t0 + kBlock);
     Gemm16(false, true, t1 - t0, t1, HS, 1.0f, At(dy, type, t0 * C), C, vv, ld, type, dS + t0 * T, T, DType::kF32);
-    for (int64_t t = t0; t < t1; ++t) {
-      float* row = dS + t * T;
-      const float* p = P + t * T;
-      float dot = v.dot(p, row, t + 1);
-      v.softmax_backward(row, row, p, dot, t + 1);
-      v.scale(row, row, scale, t + 1);
-      std::memset(row + t + 1, 0, static_cast<size_t>(t1 - t - 1) * sizeof(float));
-    }
+    SoftmaxBackwardRows(dS, P, T, t0, t1, scale, v);
     RoundRows(dS, T, t0, t1, t1, type, dS16);
     RoundRows(P, T, t0, t1, t1, type, P16);
     Gemm16(false, false, t1 - t0, HS, t1, 1.0f, At(dS16, type, t0 * T), T, k, ld, type, At(dq, type, t0 * ld), ld, type);
@@ -178,14 +184,7 @@ void BackwardSgemm(const Slice& q, const Slice& k, const Slice& vv, const Slice&
   for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
     int64_t t1 = std::min(T, t0 + kBlock);
     Sgemm(false, true, t1 - t0, t1, HS, 1.0f, dy.p + t0 * dy.ld, dy.ld, vv.p, vv.ld, 0.0f, dS + t0 * T, T);
-    for (int64_t t = t0; t < t1; ++t) {
-      float* row = dS + t * T;
-      const float* p = P + t * T;
-      float dot = v.dot(p, row, t + 1);
-      v.softmax_backward(row, row, p, dot, t + 1);
-      v.scale(row, row, scale, t + 1);
-      std::memset(row + t + 1, 0, static_cast<size_t>(t1 - t - 1) * sizeof(float));
-    }
+    SoftmaxBackwardRows(dS, P, T, t0, t1, scale, v);
     // dq rows [t0, t1) = dS[t0:t1, 0:t1] k[0:t1].
     Sgemm(false, false, t1 - t0, HS, t1, 1.0f, dS + t0 * T, T, k.p, k.ld, 0.0f, dq + t0 * ld, ld);
   }
