@@ -2,7 +2,11 @@
 #include "zerorun/runtime/checkpoint_reader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "zerorun/core/error.h"
 #include "zerorun/runtime/checkpoint_writer.h"
@@ -322,9 +326,10 @@ const SafetensorsReader& CheckpointReader::Shard(int rank) {
 }
 
 void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t block_begin, uint64_t block_end,
-                                  uint64_t want_lo, uint64_t want_hi, char* out, DType out_dtype, bool hash) {
+                                  uint64_t want_lo, uint64_t want_hi, char* out, DType out_dtype, bool hash,
+                                  std::vector<char>& staging, CheckpointReadStats& stats) const {
   const CheckpointChunk& c = ranks_.at(static_cast<size_t>(rank)).chunks.at(chunk);
-  const SafetensorsReader& shard = Shard(rank);
+  const SafetensorsReader& shard = *shards_.at(rank);
   const uint64_t block = manifest_.checksum_block_bytes;
   const uint64_t chunk_bytes = c.data_end - c.data_begin;
   const size_t in_size = DTypeSize(stored);
@@ -338,13 +343,13 @@ void CheckpointReader::ReadBlocks(int rank, size_t chunk, DType stored, uint64_t
     const bool direct = out != nullptr && stored == out_dtype && a == lo && b == hi;
     char* buf = direct ? out + (lo - want_lo) : nullptr;
     if (!direct) {
-      staging_.resize(static_cast<size_t>(block));
-      buf = staging_.data();
+      staging.resize(static_cast<size_t>(block));
+      buf = staging.data();
     }
     shard.ReadData(c.data_begin + lo, buf, static_cast<size_t>(hi - lo));
-    stats_.bytes_read += hi - lo;
+    stats.bytes_read += hi - lo;
     if (hash) {
-      ++stats_.blocks_verified;
+      ++stats.blocks_verified;
       const uint64_t h = Xxh3(buf, static_cast<size_t>(hi - lo));
       if (h != c.hashes[k]) {
         ZR_THROW(CheckpointError, "{} (rank {}): checksum mismatch in tensor '{}' slot '{}' (the chunk of elements [{}, "
@@ -392,17 +397,76 @@ void CheckpointReader::Run(const std::vector<CheckpointReadRequest>& requests, M
     if (mode != Mode::kVerify && rq.numel > 0 && !rq.dst) ZR_THROW(InvalidArgument, "checkpoint read of '{}' ({}): no destination", rq.tensor, rq.slot);
     wants.push_back({it->second, rq.offset, rq.numel, 0});
   }
+  // Each planned read, cut into pieces of at most kBlocksPerItem checksum blocks: the unit a thread
+  // takes (pieces of one read write disjoint parts of its destination).
+  constexpr uint64_t kBlocksPerItem = 2;
+  struct Item {
+    int rank;
+    size_t chunk;
+    DType stored;
+    uint64_t block_begin, block_end, want_lo, want_hi;
+    char* out;
+    DType out_dtype;
+  };
+  std::vector<Item> items;
+  uint64_t total = 0;
   for (const PlanRead& r : PlanReads(plans_, wants, manifest_.checksum_block_bytes)) {
     const SlotChunks& sc = slots_[r.tensor];
     const CheckpointReadRequest& rq = requests[r.want];
     const auto [rank, chunk] = sc.refs[r.chunk];
+    Shard(rank);  // opened (and its header checked) here, on this thread
     const uint64_t want_lo = static_cast<uint64_t>(r.offset - sc.plan.chunks[r.chunk].offset) * sc.plan.elem_bytes;
     char* out = mode == Mode::kVerify
                     ? nullptr
                     : static_cast<char*>(rq.dst) + static_cast<size_t>(r.dst_offset) * DTypeSize(rq.dst_dtype);
-    ReadBlocks(rank, chunk, sc.slot->dtype, r.block_begin, r.block_end, want_lo, want_lo + r.bytes, out, rq.dst_dtype,
-               mode != Mode::kReadVerified);
+    for (uint64_t k = r.block_begin; k < r.block_end; k += kBlocksPerItem) {
+      items.push_back({rank, chunk, sc.slot->dtype, k, std::min(r.block_end, k + kBlocksPerItem), want_lo,
+                       want_lo + r.bytes, out, rq.dst_dtype});
+    }
+    total += r.bytes;
   }
+  const bool hash = mode != Mode::kReadVerified;
+  const auto run = [&](const Item& it, std::vector<char>& staging, CheckpointReadStats& stats) {
+    ReadBlocks(it.rank, it.chunk, it.stored, it.block_begin, it.block_end, it.want_lo, it.want_hi, it.out,
+               it.out_dtype, hash, staging, stats);
+  };
+  const int threads = static_cast<int>(std::min<size_t>(
+      {static_cast<size_t>(kReadThreads), items.size(), std::max(1u, std::thread::hardware_concurrency())}));
+  if (total < parallel_bytes_ || threads < 2) {
+    for (const Item& it : items) run(it, staging_, stats_);
+    return;
+  }
+  // Threads take items in order; the first failure (in item order) is what the call reports, and the
+  // others stop taking new items once one has failed.
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  size_t first_failed = items.size();
+  std::exception_ptr first_error;
+  std::vector<CheckpointReadStats> stats(static_cast<size_t>(threads));
+  const auto work = [&](int t) {
+    std::vector<char> own;
+    std::vector<char>& staging = t == 0 ? staging_ : own;
+    for (size_t i = next++; i < items.size() && !failed.load(std::memory_order_relaxed); i = next++) {
+      try {
+        run(items[i], staging, stats[static_cast<size_t>(t)]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (i < first_failed) first_failed = i, first_error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads - 1));
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  for (const CheckpointReadStats& st : stats) {
+    stats_.bytes_read += st.bytes_read;
+    stats_.blocks_verified += st.blocks_verified;
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 Tensor CheckpointReader::ReadTensor(std::string_view tensor, std::string_view slot, std::optional<DType> dtype) {
@@ -438,7 +502,7 @@ CheckpointVerifyReport VerifyCheckpoint(const std::string& dir, CheckpointEnv* e
         for (uint64_t k = 0; k < c.hashes.size(); ++k) {
           const uint64_t lo = k * block;
           reader.ReadBlocks(rank, chunk, sc.slot->dtype, k, k + 1, lo, std::min(bytes, lo + block), nullptr,
-                            sc.slot->dtype, true);
+                            sc.slot->dtype, true, reader.staging_, reader.stats_);
         }
         ++report.chunks;
         report.bytes_verified += bytes;

@@ -67,6 +67,10 @@ struct CheckpointVerifyReport;
 
 class CheckpointReader {
  public:
+  // Threads a large read call spreads its checksum blocks over, and what "large" is (bytes).
+  static constexpr int kReadThreads = 4;
+  static constexpr uint64_t kParallelBytes = uint64_t{32} << 20;
+
   // `dir` is one checkpoint, <save_dir>/<tag>. Reads manifest.json and every rank's index and checks,
   // before any tensor is read: the directory is a directory; manifest.json exists (otherwise: a
   // DeepSpeed checkpoint, or not a checkpoint); every rank's index and shard are present (listing all
@@ -86,7 +90,9 @@ class CheckpointReader {
   // Reads every request through the reshard planner: only the shards, and within them only the
   // checksum blocks, that hold the wanted elements; each block read is hashed and compared before its
   // bytes are used (CheckpointError naming the file, rank, tensor, slot and block on a mismatch;
-  // the destination may then be partly written). Not thread-safe.
+  // the destination may then be partly written). A call that reads at least kParallelBytes spreads
+  // its blocks over up to kReadThreads threads of its own (reads in flight together, hashing beside
+  // them); the error reported is then the first in request order. Not thread-safe itself.
   //
   // `verified` true skips the hashing: for requests whose blocks Verify already checked through this
   // reader (its shard files stay open, so the same bytes are read again — from the page cache when
@@ -100,6 +106,9 @@ class CheckpointReader {
   Tensor ReadTensor(std::string_view tensor, std::string_view slot, std::optional<DType> dtype = std::nullopt);
 
   const CheckpointReadStats& stats() const { return stats_; }
+  // Calls reading fewer bytes than this run on the calling thread alone (default kParallelBytes; tests
+  // set 0 to spread small reads, or UINT64_MAX for one thread).
+  void set_parallel_bytes(uint64_t bytes) { parallel_bytes_ = bytes; }
 
  private:
   friend CheckpointVerifyReport VerifyCheckpoint(const std::string& dir, CheckpointEnv* env);
@@ -112,8 +121,11 @@ class CheckpointReader {
   // Reads the checksum blocks [block_begin, block_end) of one chunk, verifying each unless `hash` is
   // false; the bytes of the chunk in [want_lo, want_hi) go to `out` (converted from the stored dtype to
   // out_dtype), or nowhere when `out` is null.
+  // Uses `staging` for blocks that do not go straight to `out`, counting into `stats`: several threads
+  // call it at once, each with its own (shards must already be open: Shard() is not thread-safe).
   void ReadBlocks(int rank, size_t chunk, DType stored, uint64_t block_begin, uint64_t block_end, uint64_t want_lo,
-                  uint64_t want_hi, char* out, DType out_dtype, bool hash);
+                  uint64_t want_hi, char* out, DType out_dtype, bool hash, std::vector<char>& staging,
+                  CheckpointReadStats& stats) const;
   enum class Mode { kRead, kReadVerified, kVerify };
   void Run(const std::vector<CheckpointReadRequest>& requests, Mode mode);
 
@@ -126,8 +138,9 @@ class CheckpointReader {
   std::vector<SlotChunks> slots_;
   std::vector<PlanTensor> plans_;  // slots_[i].plan, as the planner takes them
   std::map<int, std::unique_ptr<SafetensorsReader>> shards_;
-  std::vector<char> staging_;  // one checksum block
+  std::vector<char> staging_;  // one checksum block (the calling thread's)
   CheckpointReadStats stats_;
+  uint64_t parallel_bytes_ = kParallelBytes;
 };
 
 // The result of VerifyCheckpoint: every problem found (empty = the checkpoint is intact).

@@ -46,6 +46,61 @@ struct Piece {
   int64_t partition_offset = 0;  // trainable: where in that group's partition
 };
 
+// What a load's read request fills: parameter `id`'s local copy (slot < 0), or the piece of a state slot.
+struct Apply {
+  int id = -1;
+  int slot = -1;
+  Piece piece{};
+};
+
+// Reads every state request (applies[i].slot >= 0) of a store whose buffers are host memory straight
+// into them: sub-group by sub-group, acquired for kReadWrite (a partial load keeps the rest), all the
+// sub-group's pieces in one verified read.
+void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
+                     const std::vector<CheckpointReadRequest>& requests, const std::vector<Apply>& applies) {
+  const zero::StateStoreLayout& l = store.layout();
+  for (int i = 0; i < l.num_sub_groups(); ++i) {
+    const zero::StateSubGroup& sg = l.sub_groups[static_cast<size_t>(i)];
+    std::vector<CheckpointReadRequest> parts;
+    std::vector<std::pair<int, int64_t>> at;  // (slot, element offset in the sub-group) of each part
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const Apply& ap = applies[r];
+      if (ap.slot < 0 || ap.piece.group != sg.group) continue;
+      const zero::Range want{ap.piece.partition_offset, ap.piece.partition_offset + requests[r].numel};
+      const zero::Range piece = zero::Intersect(sg.range, want);
+      if (piece.empty()) continue;
+      CheckpointReadRequest part = requests[r];
+      part.offset += piece.begin - want.begin;
+      part.numel = piece.size();
+      parts.push_back(std::move(part));
+      at.emplace_back(ap.slot, piece.begin - sg.range.begin);
+    }
+    if (parts.empty()) continue;
+    zero::SubGroupState st = store.Acquire(i, zero::StateAccess::kReadWrite);
+    struct ReleaseOnThrow {  // a failed read is the error reported; the sub-group is not left acquired
+      zero::StateStore& store;
+      int i;
+      bool armed = true;
+      ~ReleaseOnThrow() {
+        if (!armed) return;
+        try {
+          store.Release(i);
+        } catch (const Error& e) {
+          ZR_WARN("releasing state sub-group {} after a failed checkpoint read: {}", i, e.what());
+        }
+      }
+    } guard{store, i};
+    for (size_t k = 0; k < parts.size(); ++k) {
+      parts[k].dst = st.slots[static_cast<size_t>(at[k].first)] + at[k].second;
+      parts[k].dst_dtype = DType::kF32;
+    }
+    reader.Read(parts, /*verified=*/true);
+    guard.armed = false;
+    store.Release(i);
+  }
+  store.Flush();
+}
+
 // The slot names of the store's layout as the checkpoint names them ("master" -> "fp32").
 std::vector<std::string> CheckpointSlotNames(const zero::StateStore& store) {
   std::vector<std::string> names;
@@ -243,13 +298,6 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   std::optional<std::string> dir;
   std::unique_ptr<CheckpointReader> reader;
   TrainingState saved;
-  // What each read request fills in phase 2: parameter `id`'s local copy (slot < 0), or the piece of
-  // a state slot.
-  struct Apply {
-    int id = -1;
-    int slot = -1;
-    Piece piece{};
-  };
   std::vector<CheckpointReadRequest> requests;
   std::vector<Apply> applies;
   std::string error;
@@ -365,11 +413,16 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   // Only an I/O error can stop it now (a read failing between the two phases, or the state store's
   // own write-back); every rank then says the engine is partly loaded.
   try {
+    // State held in host memory is read straight into the store's buffers, a sub-group at a time and
+    // all of a sub-group's pieces in one call (the reader spreads a large call over threads).
+    const bool direct_state = store.device().is_cpu();
+    if (direct_state) ReadStateDirect(*reader, store, requests, applies);
     constexpr int64_t kChunkBytes = int64_t{8} << 20;
     Tensor buffer;
     for (size_t i = 0; i < requests.size(); ++i) {
       const CheckpointReadRequest& rq = requests[i];
       const Apply& ap = applies[i];
+      if (direct_state && ap.slot >= 0) continue;
       const int64_t chunk = kChunkBytes / static_cast<int64_t>(DTypeSize(rq.dst_dtype));
       if (!buffer.defined() || buffer.dtype() != rq.dst_dtype) {
         buffer = Tensor::Empty({chunk}, rq.dst_dtype, Device::CPU(), MemCategory::kOther);
