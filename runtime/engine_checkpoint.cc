@@ -55,7 +55,7 @@ struct Apply {
 
 // Reads every state request (applies[i].slot >= 0) of a store whose buffers are host memory straight
 // into them: sub-group by sub-group, acquired for kReadWrite (a partial load keeps the rest), all the
-// sub-group's pieces in one verified read.
+// sub-group's pieces in one verified read. The caller flushes the store.
 void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
                      const std::vector<CheckpointReadRequest>& requests, const std::vector<Apply>& applies) {
   const zero::StateStoreLayout& l = store.layout();
@@ -98,7 +98,6 @@ void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
     guard.armed = false;
     store.Release(i);
   }
-  store.Flush();
 }
 
 // The slot names of the store's layout as the checkpoint names them ("master" -> "fp32").
