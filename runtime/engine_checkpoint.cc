@@ -20,6 +20,7 @@
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
+#include "zerorun/core/timer.h"
 #include "zerorun/runtime/checkpoint_agree.h"
 #include "zerorun/runtime/checkpoint_reader.h"
 #include "zerorun/runtime/checkpoint_state.h"
@@ -141,7 +142,12 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
              "{}): save after the Step() that ends a window", save_dir, micro_steps_,
              config_.gradient_accumulation_steps());
   }
-  if (impl_->pending_save) FinishPendingSave(*comm_, impl_->pending_save);
+  double waited_s = 0;
+  if (impl_->pending_save) {
+    Stopwatch wait_watch;
+    FinishPendingSave(*comm_, impl_->pending_save);
+    waited_s = wait_watch.ElapsedSeconds();
+  }
   zero::Strategy& strategy = *impl_->strategy;
   zero::StateStore& store = strategy.state_store();
   const std::vector<std::string> slot_names = CheckpointSlotNames(store);
@@ -255,14 +261,14 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   if (async) {
     impl_->pending_save = StartCheckpointWrite(*comm_, wo, contents);
     const std::string tag = options.tag.empty() ? Format("global_step{}", global_steps_) : options.tag;
-    return {JoinPath(save_dir, tag), tag, 0, true};
+    return {JoinPath(save_dir, tag), tag, 0, true, waited_s};
   }
   CheckpointWriteResult w = WriteCheckpoint(*comm_, wo, contents);
   if (me == 0) {
     ZR_INFO("saved checkpoint {} (global step {}, ZeRO stage {}, {} rank(s))", w.dir, global_steps_, zero_stage(),
             world);
   }
-  return {w.dir, w.tag, w.bytes_written};
+  return {w.dir, w.tag, w.bytes_written, false, waited_s};
 }
 
 std::optional<SaveCheckpointResult> Engine::WaitForCheckpoint() {

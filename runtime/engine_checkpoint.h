@@ -68,6 +68,9 @@ struct SaveCheckpointResult {
   std::string tag;
   uint64_t bytes_written = 0;
   bool in_background = false;  // an asynchronous save: the files are still being written (bytes_written 0)
+  // Seconds this call spent finishing the previous asynchronous save first (its files, fsyncs and
+  // `latest`) before it started its own; 0 when none was pending.
+  double waited_for_previous_s = 0;
 };
 
 }  // namespace zerorun::runtime

@@ -479,12 +479,17 @@ int Run(const Args& args) {
     good_dir = r.dir;
     good_step = step;
     if (rank == 0) {  // this rank's bytes; the save is a collective, so its time is every rank's
+      // The wait for a previous asynchronous save's files is said apart: it is not this save's cost.
+      char waited[96] = "";
+      if (r.waited_for_previous_s > 0) {
+        std::snprintf(waited, sizeof waited, " (of which %.3f s finishing the previous save)", r.waited_for_previous_s);
+      }
       if (r.in_background) {
-        std::printf("saved checkpoint %s (step %lld): snapshot taken, files writing in the background, %.3f s\n",
-                    r.dir.c_str(), static_cast<long long>(step), save_s);
+        std::printf("saved checkpoint %s (step %lld): snapshot taken, files writing in the background, %.3f s%s\n",
+                    r.dir.c_str(), static_cast<long long>(step), save_s, waited);
       } else {
-        std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s\n", r.dir.c_str(),
-                    static_cast<long long>(step), static_cast<unsigned long long>(r.bytes_written), save_s);
+        std::printf("saved checkpoint %s (step %lld): rank 0 wrote %llu bytes, %.3f s%s\n", r.dir.c_str(),
+                    static_cast<long long>(step), static_cast<unsigned long long>(r.bytes_written), save_s, waited);
       }
       std::fflush(stdout);
     }

@@ -155,6 +155,7 @@ TEST_CASE("checkpoint engine async save: WaitForCheckpoint publishes it and retu
     const SaveCheckpointResult started = engine.SaveCheckpoint(ck, so);
     CHECK(started.bytes_written == 0);
     CHECK(started.in_background);
+    CHECK(started.waited_for_previous_s == 0);  // nothing was pending
     std::optional<SaveCheckpointResult> r = engine.WaitForCheckpoint();
     REQUIRE(r.has_value());
     CHECK(!r->in_background);  // waited for: written
@@ -163,6 +164,15 @@ TEST_CASE("checkpoint engine async save: WaitForCheckpoint publishes it and retu
     CHECK(r->tag == "global_step2");
     CHECK(r->dir == (fs::path(ck) / "global_step2").string());
     CHECK(!engine.WaitForCheckpoint().has_value());  // the same save is not waited for twice
+    // A save made while another is in the background finishes that one first, and says how long that
+    // took apart from its own time.
+    SaveCheckpointOptions pair = so;
+    pair.save_latest = false;
+    pair.tag = "pair_a";
+    CHECK(engine.SaveCheckpoint(ck, pair).waited_for_previous_s == 0);
+    pair.tag = "pair_b";
+    CHECK(engine.SaveCheckpoint(ck, pair).waited_for_previous_s > 0);
+    REQUIRE(engine.WaitForCheckpoint().has_value());
     TrainSteps(engine, c, comm.rank(), 2, 2);
     so.env = &env;
     engine.SaveCheckpoint(ck, so);  // rank 0's shard hits ENOSPC in the background
