@@ -422,12 +422,29 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
     // all of a sub-group's pieces in one call (the reader spreads a large call over threads).
     const bool direct_state = store.device().is_cpu();
     if (direct_state) ReadStateDirect(*reader, store, requests, applies);
+    // So are parameters whose local copy is in host memory: all of them in one call, into the copy.
+    std::vector<char> direct_param(requests.size(), 0);
+    {
+      std::vector<CheckpointReadRequest> direct;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (applies[i].slot >= 0) continue;
+        const Tensor t = strategy.DirectLocalParameter(applies[i].id);
+        if (!t.defined() || !t.device().is_cpu() || t.dtype() != requests[i].dst_dtype ||
+            t.numel() != requests[i].numel) {
+          continue;
+        }
+        direct.push_back(requests[i]);
+        direct.back().dst = t.data();
+        direct_param[i] = 1;
+      }
+      if (!direct.empty()) reader->Read(direct, /*verified=*/true);
+    }
     constexpr int64_t kChunkBytes = int64_t{8} << 20;
     Tensor buffer;
     for (size_t i = 0; i < requests.size(); ++i) {
       const CheckpointReadRequest& rq = requests[i];
       const Apply& ap = applies[i];
-      if (direct_state && ap.slot >= 0) continue;
+      if ((direct_state && ap.slot >= 0) || direct_param[i]) continue;
       const int64_t chunk = kChunkBytes / static_cast<int64_t>(DTypeSize(rq.dst_dtype));
       if (!buffer.defined() || buffer.dtype() != rq.dst_dtype) {
         buffer = Tensor::Empty({chunk}, rq.dst_dtype, Device::CPU(), MemCategory::kOther);

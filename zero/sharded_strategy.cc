@@ -64,6 +64,10 @@ class ShardedStrategy final : public PartitionedStrategy {
     shard_store_->Release(id);
     return copy;
   }
+  Tensor DirectLocalParameter(int id) override {
+    if (shard_store_) return Tensor();
+    return shards_[static_cast<size_t>(id)].View(0, {LocalRange(id).size()});
+  }
   void WriteLocalParameter(int id, int64_t offset, const Tensor& src) override {
     if (!shard_store_) {
       shards_[static_cast<size_t>(id)].View(offset, {src.numel()}).CopyFrom(src);
