@@ -67,6 +67,7 @@ struct Args {
   ReduceOp reduce = ReduceOp::kSum;
   bool json = false;
   bool check = false;
+  bool in_place = false;  // all_gather: each rank's input is its block of the output (as ZeRO gathers)
 };
 
 [[noreturn]] void Usage(const std::string& msg) {
@@ -74,7 +75,7 @@ struct Args {
                "zerorun-bench: %s\n"
                "usage: zerorun-bench allreduce|reduce_scatter|all_gather [--backend ucx|local|nccl] [--nprocs N]\n"
                "       [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters N] [--warmup N] [--dtype fp32]\n"
-               "       [--op sum|avg|max|min] [--json] [--check]\n"
+               "       [--op sum|avg|max|min] [--json] [--check] [--in-place (all_gather)]\n"
                "       zerorun-bench io --path DIR|FILE ... (zerorun-bench io --help)\n",
                msg.c_str());
   std::exit(2);
@@ -129,8 +130,10 @@ Args Parse(int argc, char** argv) {
       else Usage("--op: unknown reduction '" + o + "'");
     } else if (f == "--json") a.json = true;
     else if (f == "--check") a.check = true;
+    else if (f == "--in-place") a.in_place = true;
     else Usage("unknown flag '" + f + "'");
   }
+  if (a.in_place && a.op != OpType::kAllGather) Usage("--in-place is for all_gather only");
   if (a.factor <= 1) Usage("--factor must be > 1");
   if (a.min_bytes > a.max_bytes) Usage("--min-bytes is larger than --max-bytes");
   if (a.backend != "ucx" && a.backend != "local" && a.backend != "nccl") Usage("--backend must be ucx, local or nccl");
@@ -199,6 +202,12 @@ void Sweep(Communicator& comm, const Args& a) {
       recv_ptr = drecv.Resize(recv.size());
       CopyBytes(send_ptr, dev, send.data(), Device::CPU(), send.size());
     }
+    if (a.in_place) {  // the input is this rank's block of the output: no copy of its own block
+      const size_t own = static_cast<size_t>(comm.rank()) * per_rank * es;
+      if (dev.is_cpu()) std::memcpy(recv.data() + own, send.data(), send.size());
+      else CopyBytes(static_cast<char*>(recv_ptr) + own, dev, send.data(), Device::CPU(), send.size());
+      send_ptr = static_cast<char*>(recv_ptr) + own;
+    }
     int iters = a.iters > 0 ? a.iters : static_cast<int>(std::clamp<double>(2e9 / (static_cast<double>(bytes) * 20 + 2e6), 5, 1000));
     int warmup = a.warmup > 0 ? a.warmup : std::max(2, iters / 10);
     auto run = [&] {
@@ -231,9 +240,10 @@ void Sweep(Communicator& comm, const Args& a) {
       if (a.json) {
         std::printf("{\"op\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"size_bytes\": %zu, "
                     "\"count\": %zu, \"iters\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
-                    "\"algorithm\": \"%s\"%s}\n",
+                    "\"algorithm\": \"%s\"%s%s}\n",
                     OpTypeName(a.op), comm.backend_name().c_str(), n, DTypeName(a.dtype), bytes, per_rank, iters, t * 1e6,
-                    algbw, algbw * bus, algorithm.c_str(), a.check ? (ok ? ", \"check\": true" : ", \"check\": false") : "");
+                    algbw, algbw * bus, algorithm.c_str(), a.check ? (ok ? ", \"check\": true" : ", \"check\": false") : "",
+                    a.in_place ? ", \"in_place\": true" : "");
       } else {
         std::printf("  %12zu %12zu %10d %12.2f %12.3f %12.3f%s  %s\n", bytes, per_rank, iters, t * 1e6, algbw, algbw * bus,
                     a.check ? (ok ? "  ok" : "  WRONG") : "", algorithm.c_str());

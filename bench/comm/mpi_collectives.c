@@ -3,7 +3,9 @@
  * slowest rank's time) and printed as the same JSON lines: op, backend, ranks, dtype, size_bytes, iters,
  * time_us, algbw_gbps, busbw_gbps. size_bytes is the full buffer (all-reduce: the buffer; reduce-scatter:
  * the input; all-gather: the output), rounded to whole elements per rank as zerorun-bench rounds it.
- *   mpi_collectives [--op all_reduce|reduce_scatter|all_gather] [--label NAME] BYTES... */
+ * all_gather_inplace: MPI_Allgather with MPI_IN_PLACE (each rank's block already in the output, as
+ * zerorun-bench all_gather --in-place and as ZeRO gathers its parameters).
+ *   mpi_collectives [--op all_reduce|reduce_scatter|all_gather|all_gather_inplace] [--label NAME] BYTES... */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
       continue;
     }
     const int ar = strcmp(op, "all_reduce") == 0, rs = strcmp(op, "reduce_scatter") == 0;
+    const int inplace = strcmp(op, "all_gather_inplace") == 0;
     size_t count = (size_t)strtoull(argv[a], NULL, 10) / sizeof(float);
     if (!ar) count = (count / (size_t)n < 1 ? 1 : count / (size_t)n) * (size_t)n;
     if (count == 0) count = 1;
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
       if (i == 0) MPI_Barrier(MPI_COMM_WORLD);
       if (ar) MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else if (rs) MPI_Reduce_scatter_block(send, recv, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else if (inplace) MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
       else MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -47,6 +51,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iters; ++i) {
       if (ar) MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else if (rs) MPI_Reduce_scatter_block(send, recv, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else if (inplace) MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
       else MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
     }
     double t = (MPI_Wtime() - t0) / iters, tmax = 0;

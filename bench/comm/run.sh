@@ -14,7 +14,10 @@
 # memory-bandwidth bound: the busbw an ideal shared-memory algorithm would reach if its DRAM traffic
 # ran at the measured copy bandwidth. Traffic per byte of payload S, all ranks together: all-reduce
 # (3n-1)S (each rank reads its chunk of every rank's input, writes its reduced chunk, copies the n-1
-# others), reduce-scatter (n+1)S, all-gather 2nS.
+# others), reduce-scatter (n+1)S, all-gather 2nS (each rank copies its own block and the n-1 others),
+# in-place all-gather 2(n-1)S (its own block is already in place).
+# OPS may add all_gather_inplace: MPI_IN_PLACE for OpenMPI, --in-place for zerorun-bench (each rank's
+# input is its block of the output, as ZeRO gathers its parameters).
 #
 #   bench/comm/run.sh [build-dir] [rounds]        (wrap it: flock /work/bench.lock bench/comm/run.sh)
 # Raw JSON lines go to $OUT (default /tmp/zerorun-bench-comm.jsonl). Env: SIZES, RANKS, OPS override.
@@ -52,12 +55,15 @@ for round in $(seq "$rounds"); do
     threads=$(( n < cores ? n : cores ))
     "$tmp/stream_copy" "$threads" 5 | sed "s/}$/, \"ranks\": $n, \"round\": $round}/" >> "$out"
     for op in "${ops[@]}"; do
+      zop=$op zflags=()
+      if [[ $op == all_gather_inplace ]]; then zop=all_gather zflags=(--in-place); fi
       mpirun -np "$n" "$tmp/mpi_collectives" --op "$op" "${sizes[@]}" >> "$out" 2>/dev/null || echo "# openmpi $n $op failed" >&2
       mpirun -np "$n" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any "$tmp/mpi_collectives" --op "$op" --label openmpi-ucx "${sizes[@]}" >> "$out" 2>/dev/null \
         || echo "# openmpi-ucx $n $op failed" >&2
-      "$bench" "$op" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json >> "$out"
-      ZERORUN_SHM=0 "$bench" "$op" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json \
-        | sed 's/"backend": "ucx"/"backend": "zerorun-ucx"/' >> "$out"
+      "$bench" "$zop" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json "${zflags[@]}" \
+        | sed "s/\"op\": \"$zop\"/\"op\": \"$op\"/" >> "$out"
+      ZERORUN_SHM=0 "$bench" "$zop" --nprocs "$n" --min-bytes "$lo" --max-bytes "$hi" --factor 4 --json "${zflags[@]}" \
+        | sed "s/\"op\": \"$zop\"/\"op\": \"$op\"/; s/\"backend\": \"ucx\"/\"backend\": \"zerorun-ucx\"/" >> "$out"
     done
   done
 done
@@ -93,6 +99,7 @@ med = lambda k: statistics.median(by[k]) if k in by else float("nan")
 def bound(op, n, copy):
     if op == "all_reduce": return copy / (3 * n - 1) * 2 * (n - 1) / n
     if op == "reduce_scatter": return copy / (n + 1) * (n - 1) / n
+    if op == "all_gather_inplace": return copy / (2 * (n - 1)) * (n - 1) / n
     return copy / (2 * n) * (n - 1) / n
 for n in sorted(stream):
     s = stream[n]
