@@ -14,7 +14,9 @@ TEST_SUITE("multiproc") {
 TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fields as JSON") {
   const char* dir = std::getenv("ZERORUN_TEST_BINARY_DIR");
   if (!dir) ZR_TEST_SKIP("ZERORUN_TEST_BINARY_DIR is not set (run it through ctest)");
-  for (const std::string op : {"allreduce", "reduce_scatter", "all_gather"}) {
+  // "all_gather --in-place": each rank's input is its block of the output; --check then verifies the
+  // gathered blocks as for the out-of-place form.
+  for (const std::string op : {"allreduce", "reduce_scatter", "all_gather", "all_gather --in-place"}) {
     for (const std::string backend : {"ucx", "local"}) {
       std::string cmd = std::string(dir) + "/bin/zerorun-bench " + op + " --backend " + backend +
                         " --nprocs 3 --min-bytes 1K --max-bytes 256K --factor 16 --iters 3 --check --json 2>&1";
@@ -37,8 +39,23 @@ TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fi
         }
       }
       CHECK(objects == 3);  // 1K, 16K, 256K
+      const bool in_place = op.find("--in-place") != std::string::npos;
+      for (const auto& l : lines) {
+        if (l.rfind("{", 0) == 0) CHECK((l.find("\"in_place\": true") != std::string::npos) == in_place);
+      }
     }
   }
+  // --in-place is refused for the other collectives, by name.
+  std::string cmd = std::string(dir) + "/bin/zerorun-bench allreduce --in-place --nprocs 2 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p)) out += buf;
+  const int status = ::pclose(p);
+  INFO(out);
+  CHECK(status != 0);
+  CHECK(out.find("--in-place is for all_gather only") != std::string::npos);
 }
 
 }  // TEST_SUITE
