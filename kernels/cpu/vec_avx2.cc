@@ -19,6 +19,7 @@ struct Avx2V {
   static R Fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   // maxps returns its second operand when either is NaN: Max(x, acc) keeps a NaN of x.
   static R Max(R a, R b) { return _mm256_max_ps(b, a); }
+  static R Min(R a, R b) { return _mm256_min_ps(b, a); }  // as Max: a NaN in a survives
   static R Abs(R x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
   static R CopySign(R mag, R sign) {
     auto m = _mm256_set1_ps(-0.0f);

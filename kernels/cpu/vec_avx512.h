@@ -22,6 +22,7 @@ struct Avx512V {
   static R Div(R a, R b) { return _mm512_div_ps(a, b); }
   static R Fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R Max(R a, R b) { return _mm512_max_ps(b, a); }  // a NaN in a survives (second operand)
+  static R Min(R a, R b) { return _mm512_min_ps(b, a); }
   static R Abs(R x) { return _mm512_abs_ps(x); }
   static R CopySign(R mag, R sign) {
     __m512i m = _mm512_set1_epi32(static_cast<int>(0x80000000u));

@@ -27,6 +27,7 @@ struct ScalarV {
   static R Div(R a, R b) { return a / b; }
   static R Fma(R a, R b, R c) { return a * b + c; }
   static R Max(R a, R b) { return a > b || std::isnan(a) ? a : b; }
+  static R Min(R a, R b) { return a < b || std::isnan(a) ? a : b; }
   static R Exp(R x) { return std::exp(x); }
   static R Tanh(R x) { return std::tanh(x); }
   static R Erf(R x) { return std::erf(x); }
@@ -268,7 +269,11 @@ struct VecImpl {
       // gelu'(x) = s (1 + 2 x (1 - s) u'(x)),  u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
       ForEachLane<V>(n, [&](auto u, int64_t i) {
         using U = decltype(u);
-        auto v = U::Load(x + i);
+        // x is clamped to [-10, 10], where this gelu' is 1 and -2.8e-36: beyond, its value moves by
+        // less than 3e-36. Unclamped, 2u passed exp's range below x = -10.05 (std::exp, the scalar
+        // lanes: e = inf, e s = inf * 0 = NaN) and x^2 overflowed from |x| ~ 1.8e19 (u'(x) = inf,
+        // (1 - s) u'(x) = 0 * inf = NaN). A NaN x stays NaN (Min and Max keep a NaN first operand).
+        auto v = U::Max(U::Min(U::Load(x + i), U::Set1(10.0f)), U::Set1(-10.0f));
         auto v2 = U::Mul(v, v);
         auto one = U::Set1(1.0f);
         // s = 1 / (1 + e) and 1 - s = e / (1 + e) = e s with e = exp(-2u): both without cancellation,
@@ -284,7 +289,9 @@ struct VecImpl {
     } else {
       ForEachLane<V>(n, [&](auto u, int64_t i) {
         using U = decltype(u);
-        auto v = U::Load(x + i);
+        // Clamped as above (gelu' is 1 and -7.6e-22 at x = 10 and -10): beyond, x^2 overflowed and
+        // the SIMD exp's clamped input left pdf at 1e-38, so |x pdf| reached 1.4 at |x| = 3e38.
+        auto v = U::Max(U::Min(U::Load(x + i), U::Set1(10.0f)), U::Set1(-10.0f));
         auto cdf = U::Mul(U::Set1(0.5f), U::Add(U::Set1(1.0f), ErfOf<U>(U::Mul(v, U::Set1(kInvSqrt2)))));
         auto pdf = U::Mul(U::Set1(kInvSqrt2Pi), U::Exp(U::Mul(U::Set1(-0.5f), U::Mul(v, v))));
         U::Store(dx + i, U::Mul(U::Load(dy + i), U::Fma(v, pdf, cdf)));

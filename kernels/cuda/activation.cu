@@ -25,6 +25,9 @@ __device__ __forceinline__ float Gelu(float x, GeluApprox a) {
 
 __device__ __forceinline__ float GeluGrad(float x, GeluApprox a) {
   if (a == GeluApprox::kTanh) {
+    // As the CPU kernels: clamped to [-10, 10] (gelu' is 1 and ~0 there), so x^2 cannot overflow into
+    // 0 * inf = NaN from |x| ~ 1.8e19 on; a NaN stays NaN (fmaxf would return the other operand).
+    if (!isnan(x)) x = fminf(fmaxf(x, -10.0f), 10.0f);
     const float z = 2.0f * kSqrt2OverPi * (x + kGeluCubic * x * x * x);
     const float s = Sigmoid(z), one_minus_s = OneMinusSigmoid(z);
     return s + 2.0f * x * s * one_minus_s * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
