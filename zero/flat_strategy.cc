@@ -130,6 +130,7 @@ class FlatStrategy final : public PartitionedStrategy {
     *elements = LocalRange(id);
     return host_.Value(id);
   }
+  Tensor DirectLocalParameter(int id) override { return host_.Value(id); }
   Range LocalRange(int id) const override { return {0, params_[static_cast<size_t>(id)].numel}; }
   void ParametersChanged() override {}
 

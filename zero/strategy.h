@@ -195,13 +195,10 @@ class Strategy {
     Range r;
     LocalParameter(id, &r).View(offset, {src.numel()}).CopyFrom(src);
   }
-  // LocalParameter's tensor when it is the copy itself, so a load may write into it in place (then
-  // ParametersChanged()); an undefined tensor where LocalParameter returns a copy (parameter offload)
-  // and writes must go through WriteLocalParameter.
-  virtual Tensor DirectLocalParameter(int id) {
-    Range r;
-    return LocalParameter(id, &r);
-  }
+  // LocalParameter's tensor where it is the copy itself, so a load may write into it in place (then
+  // ParametersChanged()); an undefined tensor (the default) where writes must go through
+  // WriteLocalParameter, e.g. where LocalParameter returns a copy (parameter offload).
+  virtual Tensor DirectLocalParameter(int /*id*/) { return Tensor(); }
   // After LocalParameter writes (a checkpoint load): refreshes what the strategy keeps gathered
   // (stage 3's persistent parameters; other gathered values are dropped). Collective.
   virtual void ParametersChanged() = 0;
