@@ -101,6 +101,28 @@ void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
   }
 }
 
+// Reads every parameter request (applies[i].slot < 0) whose local copy the strategy exposes in host
+// memory (Strategy::DirectLocalParameter) straight into it, all in one verified read (the reader
+// spreads a large call over threads). Returns which requests it read.
+std::vector<char> ReadParametersDirect(CheckpointReader& reader, zero::Strategy& strategy,
+                                       const std::vector<CheckpointReadRequest>& requests,
+                                       const std::vector<Apply>& applies) {
+  std::vector<char> done(requests.size(), 0);
+  std::vector<CheckpointReadRequest> direct;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (applies[i].slot >= 0) continue;
+    const Tensor t = strategy.DirectLocalParameter(applies[i].id);
+    if (!t.defined() || !t.device().is_cpu() || t.dtype() != requests[i].dst_dtype || t.numel() != requests[i].numel) {
+      continue;
+    }
+    direct.push_back(requests[i]);
+    direct.back().dst = t.data();
+    done[i] = 1;
+  }
+  if (!direct.empty()) reader.Read(direct, /*verified=*/true);
+  return done;
+}
+
 // The slot names of the store's layout as the checkpoint names them ("master" -> "fp32").
 std::vector<std::string> CheckpointSlotNames(const zero::StateStore& store) {
   std::vector<std::string> names;
@@ -423,22 +445,7 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
     const bool direct_state = store.device().is_cpu();
     if (direct_state) ReadStateDirect(*reader, store, requests, applies);
     // So are parameters whose local copy is in host memory: all of them in one call, into the copy.
-    std::vector<char> direct_param(requests.size(), 0);
-    {
-      std::vector<CheckpointReadRequest> direct;
-      for (size_t i = 0; i < requests.size(); ++i) {
-        if (applies[i].slot >= 0) continue;
-        const Tensor t = strategy.DirectLocalParameter(applies[i].id);
-        if (!t.defined() || !t.device().is_cpu() || t.dtype() != requests[i].dst_dtype ||
-            t.numel() != requests[i].numel) {
-          continue;
-        }
-        direct.push_back(requests[i]);
-        direct.back().dst = t.data();
-        direct_param[i] = 1;
-      }
-      if (!direct.empty()) reader->Read(direct, /*verified=*/true);
-    }
+    const std::vector<char> direct_param = ReadParametersDirect(*reader, strategy, requests, applies);
     constexpr int64_t kChunkBytes = int64_t{8} << 20;
     Tensor buffer;
     for (size_t i = 0; i < requests.size(); ++i) {

@@ -203,10 +203,8 @@ void Sweep(Communicator& comm, const Args& a) {
       CopyBytes(send_ptr, dev, send.data(), Device::CPU(), send.size());
     }
     if (a.in_place) {  // the input is this rank's block of the output: no copy of its own block
-      const size_t own = static_cast<size_t>(comm.rank()) * per_rank * es;
-      if (dev.is_cpu()) std::memcpy(recv.data() + own, send.data(), send.size());
-      else CopyBytes(static_cast<char*>(recv_ptr) + own, dev, send.data(), Device::CPU(), send.size());
-      send_ptr = static_cast<char*>(recv_ptr) + own;
+      send_ptr = static_cast<char*>(recv_ptr) + static_cast<size_t>(comm.rank()) * per_rank * es;
+      CopyBytes(send_ptr, dev, send.data(), Device::CPU(), send.size());
     }
     int iters = a.iters > 0 ? a.iters : static_cast<int>(std::clamp<double>(2e9 / (static_cast<double>(bytes) * 20 + 2e6), 5, 1000));
     int warmup = a.warmup > 0 ? a.warmup : std::max(2, iters / 10);

@@ -9,6 +9,19 @@
 
 #include "tests/common/skip.h"
 
+namespace {
+
+// Runs `cmd` through the shell: its exit status and its output, line by line.
+int RunCommand(const std::string& cmd, std::vector<std::string>* lines) {
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p)) lines->emplace_back(buf);
+  return ::pclose(p);
+}
+
+}  // namespace
+
 TEST_SUITE("multiproc") {
 
 TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fields as JSON") {
@@ -20,12 +33,8 @@ TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fi
     for (const std::string backend : {"ucx", "local"}) {
       std::string cmd = std::string(dir) + "/bin/zerorun-bench " + op + " --backend " + backend +
                         " --nprocs 3 --min-bytes 1K --max-bytes 256K --factor 16 --iters 3 --check --json 2>&1";
-      FILE* p = ::popen(cmd.c_str(), "r");
-      REQUIRE(p);
       std::vector<std::string> lines;
-      char buf[4096];
-      while (std::fgets(buf, sizeof(buf), p)) lines.emplace_back(buf);
-      int status = ::pclose(p);
+      const int status = RunCommand(cmd, &lines);
       INFO(cmd);
       CHECK(status == 0);
       int objects = 0;
@@ -46,13 +55,10 @@ TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fi
     }
   }
   // --in-place is refused for the other collectives, by name.
-  std::string cmd = std::string(dir) + "/bin/zerorun-bench allreduce --in-place --nprocs 2 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p);
+  std::vector<std::string> lines;
+  const int status = RunCommand(std::string(dir) + "/bin/zerorun-bench allreduce --in-place --nprocs 2 2>&1", &lines);
   std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), p)) out += buf;
-  const int status = ::pclose(p);
+  for (const auto& l : lines) out += l;
   INFO(out);
   CHECK(status != 0);
   CHECK(out.find("--in-place is for all_gather only") != std::string::npos);

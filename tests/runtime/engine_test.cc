@@ -6,6 +6,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "tests/common/nan_max.h"
 #include "engine_test_util.h"
 #include "zerorun/core/error.h"
 
@@ -14,22 +15,16 @@ using namespace zrtest;
 namespace {
 
 // Both return NaN once a difference is NaN (a NaN loss or weight on one side), which fails every
-// `< tol` and `== 0` check; std::max(worst, NaN) would have returned worst and passed.
+// `< tol` and `== 0` check.
 double MaxRelDiff(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(a[i] - b[i]) / std::max(1e-6, std::fabs(a[i]));
-    if (std::isnan(d) || d > worst) worst = d;
-  }
+  for (size_t i = 0; i < a.size(); ++i) worst = MaxKeepNan(worst, std::fabs(a[i] - b[i]) / std::max(1e-6, std::fabs(a[i])));
   return worst;
 }
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
-    if (std::isnan(d) || d > worst) worst = d;
-  }
+  for (size_t i = 0; i < a.size(); ++i) worst = MaxKeepNan(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
   return worst;
 }
 
