@@ -106,7 +106,9 @@ TEST_CASE("tracer: spans on named tracks, thread-current scopes, escaped names, 
     { TraceSpan inner("phase", "in\\ner\n"); }
     std::thread other([&] {
       CHECK(Tracer::Current() == nullptr);  // thread-local
-      t.Complete("all_reduce", "comm", NowSeconds(), NowSeconds() + 1e-3, comm, "\"bytes\": 64");
+      // One clock reading: two would differ by however long this thread is descheduled between them.
+      const double t0 = NowSeconds();
+      t.Complete("all_reduce", "comm", t0, t0 + 1e-3, comm, "\"bytes\": 64");
     });
     other.join();
   }
