@@ -94,6 +94,22 @@ size_t ParseBytes(const std::string& flag, const std::string& s) {
   return static_cast<size_t>(v * mult);
 }
 
+// The launcher passes --local_rank=N (DeepSpeed's convention) before the program's own arguments; the
+// rank reads LOCAL_RANK from its environment, so the flag is dropped wherever it appears.
+std::vector<char*> WithoutLocalRank(int argc, char** argv) {
+  std::vector<char*> out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f.rfind("--local_rank=", 0) == 0) continue;
+    if (f == "--local_rank") {
+      ++i;
+      continue;
+    }
+    out.push_back(argv[i]);
+  }
+  return out;
+}
+
 Args Parse(int argc, char** argv) {
   if (argc < 2) Usage("missing the collective");
   Args a;
@@ -563,6 +579,10 @@ int IoMain(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<char*> args = WithoutLocalRank(argc, argv);
+  argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  argv = args.data();
   if (argc >= 2 && std::string(argv[1]) == "io") return IoMain(argc, argv);
   Args a = Parse(argc, argv);
   try {

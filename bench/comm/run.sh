@@ -81,6 +81,37 @@ if [[ "${HIER:-1}" != 0 ]]; then
   done
 fi
 
+# The same across two nodes that are network namespaces of this machine (scripts/netns-hosts.sh: each
+# its own network stack and sshd, joined by a bridge), started by the zerorun launcher over ssh, 2 ranks
+# per node. UCX_TLS=tcp,self: UCX treats every namespace of one boot as one machine and would otherwise
+# carry the "inter-node" traffic over its shared memory; with tcp the flat ring's intra-node hops go over
+# TCP too (pessimistic for the flat ring there), so the default-UCX pair is printed beside it (there
+# both cross the "nodes" through shared memory: optimistic for the flat ring). Needs root, iproute2 and
+# openssh-server; NETNS=0 skips it.
+if [[ "${NETNS:-1}" != 0 ]]; then
+  hosts="$tmp/netns"
+  tag="cb$((RANDOM % 100000))"
+  if why=$("$here/../../scripts/netns-hosts.sh" up "$tag" 2 "$hosts" 2>&1); then
+    trap '"$here/../../scripts/netns-hosts.sh" down "$tag" "$hosts" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+    launch=("$build/bin/zerorun" -H "$hosts/hostfile" --launcher ssh --launcher_args "-F $hosts/ssh_config" --num_procs 2)
+    for round in $(seq "$rounds"); do
+      for tls in tcp default; do
+        for mode in 1 0; do
+          env_tls=()
+          [[ $tls == tcp ]] && env_tls=(UCX_TLS=tcp,self)
+          env "${env_tls[@]}" ZERORUN_COMM_HIERARCHICAL=$mode "${launch[@]}" "$(cd "$build" && pwd)/bin/zerorun-bench" \
+            all_reduce --min-bytes 1048576 --max-bytes 67108864 --factor 4 --json 2>/dev/null \
+            | sed -n 's/^\[rank 0\] //p' | sed "s/\"backend\": \"ucx\"/\"backend\": \"netns-$tls-hier$mode\"/" >> "$out" \
+            || echo "# netns $tls hierarchical=$mode failed" >&2
+        done
+      done
+    done
+    "$here/../../scripts/netns-hosts.sh" down "$tag" "$hosts" >/dev/null 2>&1 || true
+  else
+    echo "# network-namespace nodes skipped: $why" >&2
+  fi
+fi
+
 python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -104,10 +135,11 @@ def bound(op, n, copy):
 for n in sorted(stream):
     s = stream[n]
     print(f"# stream copy, {n} ranks: median {statistics.median(s):.2f} GB/s (read+write; rounds: {', '.join(f'{x:.1f}' for x in s)})")
-keys = sorted({k[:3] for k in by if not k[3].startswith("2x2-")}, key=lambda k: (k[1], k[0], k[2]))
+simulated = ("2x2-", "netns-")
+keys = sorted({k[:3] for k in by if not k[3].startswith(simulated)}, key=lambda k: (k[1], k[0], k[2]))
 hdr = f"{'op':<15}{'ranks':>5}{'size':>10}{'openmpi':>9}{'ompi-ucx':>9}{'zerorun':>9}{'zr-ucx':>9}{'x ompi':>8}{'x o-ucx':>8}{'% bound':>8}  algorithm"
 print(hdr + "   (busbw GB/s, median of rounds)")
-hier = sorted({k for k in by if k[3].startswith("2x2-")})
+hier = {k for k in by if k[3].startswith(simulated)}
 for (n, op, s) in keys:
     mpi, mpu, zr, zu = (med((n, op, s, b)) for b in ("openmpi", "openmpi-ucx", "zerorun", "zerorun-ucx"))
     pct = ""
@@ -115,10 +147,16 @@ for (n, op, s) in keys:
         pct = f"{100 * zr / bound(op, n, statistics.median(stream[n])):.0f}%"
     print(f"{op:<15}{n:>5}{s:>10}{mpi:>9.2f}{mpu:>9.2f}{zr:>9.2f}{zu:>9.2f}{zr / mpi if mpi else float('nan'):>8.2f}"
           f"{zr / mpu if mpu else float('nan'):>8.2f}{pct:>8}  {alg.get((n, op, s), '')}")
-if hier:
-    print("# 2 simulated nodes x 2 ranks, inter-node over UCX tcp: all_reduce busbw GB/s (median)")
+titles = {"2x2-": "2 simulated nodes x 2 ranks (ZERORUN_BENCH_RANKS_PER_NODE), inter-node over UCX tcp",
+          "netns-tcp-": "2 network-namespace nodes x 2 ranks through the launcher, UCX tcp",
+          "netns-default-": "2 network-namespace nodes x 2 ranks through the launcher, UCX defaults (shm across the namespaces)"}
+for prefix, title in titles.items():
+    sizes = sorted({h[2] for h in hier if h[3] == prefix + "hier1"})
+    if not sizes:
+        continue
+    print(f"# {title}: all_reduce busbw GB/s (median)")
     print(f"{'size':>10}{'hierarchical':>14}{'flat ring':>11}{'ratio':>7}")
-    for s in sorted({h[2] for h in hier}):
-        h1, h0 = med((4, "all_reduce", s, "2x2-hier1")), med((4, "all_reduce", s, "2x2-hier0"))
+    for s in sizes:
+        h1, h0 = med((4, "all_reduce", s, prefix + "hier1")), med((4, "all_reduce", s, prefix + "hier0"))
         print(f"{s:>10}{h1:>14.2f}{h0:>11.2f}{h1 / h0 if h0 else float('nan'):>7.2f}")
 PY

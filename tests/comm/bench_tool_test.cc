@@ -64,4 +64,29 @@ TEST_CASE("bench tool: zerorun-bench runs its own ranks and prints nccl-tests fi
   CHECK(out.find("--in-place is for all_gather only") != std::string::npos);
 }
 
+TEST_CASE("bench tool: zerorun-bench runs as the ranks of a job the zerorun launcher started") {
+  const char* dir = std::getenv("ZERORUN_TEST_BINARY_DIR");
+  if (!dir) ZR_TEST_SKIP("ZERORUN_TEST_BINARY_DIR is not set (run it through ctest)");
+  // The launcher puts --local_rank=N before the program's own arguments (DeepSpeed's convention).
+  const std::string cmd = std::string(dir) + "/bin/zerorun --num_procs 2 " + dir +
+                          "/bin/zerorun-bench all_reduce --min-bytes 4K --max-bytes 64K --factor 16 --iters 3 --check --json 2>&1";
+  std::vector<std::string> lines;
+  const int status = RunCommand(cmd, &lines);
+  std::string out;
+  for (const auto& l : lines) out += l;
+  INFO(cmd);
+  INFO(out);
+  CHECK(status == 0);
+  int objects = 0;
+  for (const auto& l : lines) {
+    const size_t json = l.find("{\"op\": \"all_reduce\"");
+    if (json == std::string::npos) continue;
+    ++objects;
+    CHECK(l.find("\"ranks\": 2", json) != std::string::npos);
+    CHECK(l.find("\"check\": true", json) != std::string::npos);
+  }
+  CHECK(objects == 2);  // 4K, 64K, from rank 0 only
+  CHECK(out.find("unknown") == std::string::npos);
+}
+
 }  // TEST_SUITE
