@@ -347,9 +347,7 @@ SwapWork SwapFile::SubmitWrite(int slot, const void* buf, int64_t nbytes, uint64
   f->slot = static_cast<uint32_t>(slot);
   f->nbytes = static_cast<uint64_t>(nbytes);
   f->generation = generation;
-  f->payload_hash = XXH3_64bits(buf, static_cast<size_t>(nbytes));
   f->file_id = file_id_;
-  f->footer_hash = XXH3_64bits(f, offsetof(RecordFooter, footer_hash));
 
   SwapWork w;
   w.slot_ = slot;
@@ -357,9 +355,12 @@ SwapWork SwapFile::SubmitWrite(int slot, const void* buf, int64_t nbytes, uint64
   w.buf_ = const_cast<void*>(buf);
   w.nbytes_ = nbytes;
   w.generation_ = generation;
-  // Payload and footer go together: a crash or failure between them leaves a footer whose checksum does
-  // not match the payload, which a read reports.
+  // The payload goes out first and is hashed while it is written (both only read the buffer); then the
+  // footer with its checksum. A crash or failure between them leaves a footer whose checksum does not
+  // match the payload (or the slot's previous footer, of an older generation), which a read reports.
   w.payload_ = engine_.SubmitWrite(file_, s.footer_offset + kDirectIoAlignment, buf, AlignedBytes(nbytes));
+  f->payload_hash = XXH3_64bits(buf, static_cast<size_t>(nbytes));
+  f->footer_hash = XXH3_64bits(f, offsetof(RecordFooter, footer_hash));
   w.footer_ = engine_.SubmitWrite(file_, s.footer_offset, f, kDirectIoAlignment);
   w.file_ = this;
   s.busy = true;
