@@ -1,7 +1,8 @@
 # Source discovery for the layer folders. Rules, so that adding a file never needs a CMake edit:
 #   - every *.cc under a layer folder is part of libzerorun;
 #   - files under a folder named `cuda/` or `nccl/`, and every *.cu, build only when CUDA is on;
-#   - *_avx2.cc is compiled with -mavx2 -mfma -mf16c, *_avx512.cc with -mavx512f/bw/vl/dq and F16C;
+#   - *_avx2.cc is compiled with -mavx2 -mfma -mf16c, *_avx512.cc with -mavx512f/bw/vl/dq and F16C,
+#     *_avx512bf16.cc with those and -mavx512bf16;
 #     callers pick them at run time (core/cpu_features.h), so the default build runs on any x86-64.
 #   - *_test.cc, main.cc and files under a `tools/` or `tests/` folder are never library sources.
 function(zerorun_add_layer_sources target)
@@ -30,5 +31,8 @@ function(zerorun_simd_flags file)
   elseif(file MATCHES "_avx512\\.cc$")
     set_source_files_properties("${file}" PROPERTIES COMPILE_OPTIONS
                                 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mfma;-mf16c")
+  elseif(file MATCHES "_avx512bf16\\.cc$")
+    set_source_files_properties("${file}" PROPERTIES COMPILE_OPTIONS
+                                "-mavx512bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mfma;-mf16c")
   endif()
 endfunction()

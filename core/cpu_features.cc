@@ -36,15 +36,18 @@ CpuFeatures Probe() {
   const bool ymm_state = (xcr0 & 0x6) == 0x6;
   const bool zmm_state = (xcr0 & 0xe6) == 0xe6;
   if (!ymm_state) return f;
-  unsigned b7 = 0;
+  unsigned b7 = 0, a71 = 0;
   if (__get_cpuid_max(0, nullptr) >= 7) {
     unsigned a7 = 0, c7 = 0, d7 = 0;
     __cpuid_count(7, 0, a7, b7, c7, d7);
+    unsigned b71 = 0, c71 = 0, d71 = 0;
+    if (a7 >= 1) __cpuid_count(7, 1, a71, b71, c71, d71);  // sub-leaf 1: EAX bit 5 is AVX512_BF16
   }
   f.f16c = f16c;
   f.avx2 = (b7 & (1u << 5)) && fma;
   const bool avx512 = (b7 & (1u << 16)) && (b7 & (1u << 17)) && (b7 & (1u << 30)) && (b7 & (1u << 31));
   f.avx512 = avx512 && zmm_state && f.avx2 && f.f16c;
+  f.avx512_bf16 = f.avx512 && (a71 & (1u << 5));
 #endif
   return f;
 }

@@ -208,9 +208,33 @@ bool FusedUnits(DType type) {
   return type == DType::kF32 || !Native16(type) || OnednnIsa() != "avx512_core_amx";
 }
 
+// Whether bf16 runs the bf16 units (attention_bf16_avx512bf16.cc): where the 16-bit products may run
+// natively (oneDNN multiplies bf16 natively and is the GEMM backend) and the units would otherwise
+// widen them, on a CPU with AVX512_BF16, for an even head size (products take pairs of elements).
+bool Bf16Units(DType type, int64_t HS) {
+  return type == DType::kBF16 && Native16(type) && FusedUnits(type) && GetCpuFeatures().avx512_bf16 && HS % 2 == 0;
+}
+
+const uint16_t* Bf16At(const void* base, int64_t elem) { return static_cast<const uint16_t*>(base) + elem; }
+
 void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                       DType type) {
   EnsureBlasSingleThreaded();
+  if (Bf16Units(type, C / NH)) {
+    const int64_t HS = C / NH;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t unit = u0; unit < u1; ++unit) {
+        const int64_t b = unit / NH, h = unit % NH, row0 = b * T * 3 * C;
+        const detail::AttentionUnitBf16 u{Bf16At(qkv, row0 + h * HS), Bf16At(qkv, row0 + C + h * HS),
+                                          Bf16At(qkv, row0 + 2 * C + h * HS), 3 * C, T, HS, scale};
+        float* o = Scratch(kScratchB, static_cast<size_t>(T * HS));
+        detail::AttentionUnitForwardBf16(u, o, HS, att + unit * T * T);
+        StoreSlice(o, out, type, b * T, T, C, h * HS, HS);
+      }
+    });
+    return;
+  }
   if (Native16(type) && !FusedUnits(type)) {
     int64_t HS = C / NH;
     float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -260,6 +284,24 @@ void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t
 void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att, int64_t B, int64_t T,
                        int64_t C, int64_t NH, DType type) {
   EnsureBlasSingleThreaded();
+  if (Bf16Units(type, C / NH)) {
+    const int64_t HS = C / NH;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t unit = u0; unit < u1; ++unit) {
+        const int64_t b = unit / NH, h = unit % NH, row0 = b * T * 3 * C;
+        const detail::AttentionUnitBf16 u{Bf16At(qkv, row0 + h * HS), Bf16At(qkv, row0 + C + h * HS),
+                                          Bf16At(qkv, row0 + 2 * C + h * HS), 3 * C, T, HS, scale};
+        float* results = Scratch(kScratchC, static_cast<size_t>(3 * T * HS));
+        float *dq = results, *dk = results + T * HS, *dv = results + 2 * T * HS;
+        detail::AttentionUnitBackwardBf16(u, Bf16At(dout, b * T * C + h * HS), C, att + unit * T * T, dq, dk, dv, HS);
+        StoreSlice(dq, dqkv, type, b * T, T, 3 * C, h * HS, HS);
+        StoreSlice(dk, dqkv, type, b * T, T, 3 * C, C + h * HS, HS);
+        StoreSlice(dv, dqkv, type, b * T, T, 3 * C, 2 * C + h * HS, HS);
+      }
+    });
+    return;
+  }
   if (Native16(type) && !FusedUnits(type)) {
     int64_t HS = C / NH;
     float scale = 1.0f / std::sqrt(static_cast<float>(HS));

@@ -3,7 +3,8 @@
 // instead of one library sgemm per causal block: at the benchmark GPT's head shapes (T 128, HS 64) one
 // oneDNN call took 3.4-6.0 us for 0.5-1 MFLOP (117-182 GFLOP/s, 1 thread). The causal triangle is skipped
 // per 6-row tile, and each tile's softmax (or softmax backward) runs while the tile is in L1.
-// Uses the calling thread's kScratchD and kScratchE; callers keep to kScratchA..C.
+// Uses the calling thread's kScratchD and kScratchE; callers keep to kScratchA..C. The bf16 form
+// (below) runs the same tiles on vdpbf16ps.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +30,24 @@ void AttentionUnitForwardAvx512(const AttentionUnit& u, float* out, int64_t ld_o
 // overwritten.
 void AttentionUnitBackwardAvx512(const AttentionUnit& u, const float* dy, int64_t ld_dy, const float* P, float* dq,
                                  float* dk, float* dv, int64_t ld_d);
+
+// The same in bf16 with AVX512_BF16 (attention_bf16_avx512bf16.cc): q, k, v (T, HS) bf16 slices rows
+// ld_qkv apart, HS and ld_qkv even and the slices 4-byte aligned. Products in bf16 pairs with fp32
+// accumulation; out, P, dq, dk, dv fp32 as above.
+struct AttentionUnitBf16 {
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  int64_t ld_qkv;
+  int64_t T;
+  int64_t HS;
+  float scale;
+};
+
+void AttentionUnitForwardBf16(const AttentionUnitBf16& u, float* out, int64_t ld_out, float* P);
+
+// dy: bf16 (T, HS) rows ld_dy apart (even).
+void AttentionUnitBackwardBf16(const AttentionUnitBf16& u, const uint16_t* dy, int64_t ld_dy, const float* P,
+                               float* dq, float* dk, float* dv, int64_t ld_d);
 
 }  // namespace zerorun::kernels::cpu::detail
