@@ -32,10 +32,10 @@ constexpr int kNv = 4;  // registers per tile row: 64 columns
 constexpr int64_t kNr = 16 * kNv;
 
 // C[i, j] = alpha * sum_{p < kp} dot(A(i, p), B[p, j]) for i < M and j < 16 (NV - 1) + popcount(last),
-// where A(i, p) = a[i a_rs + p] and B[p, j] = b[p ldb + j] are 32-bit words of two bf16 each.
+// where A(i, p) = a[i a_rs + p a_cs] and B[p, j] = b[p ldb + j] are 32-bit words of two bf16 each.
 template <int M, int NV>
-void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, const uint32_t* b, int64_t ldb, float* c,
-              int64_t ldc, __mmask16 last) {
+void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b, int64_t ldb,
+              float* c, int64_t ldc, __mmask16 last) {
   __m512 acc[M][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
@@ -52,7 +52,7 @@ void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, const ui
     }
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
-      const __m512i ai = _mm512_set1_epi32(static_cast<int>(a[i * a_rs + p]));
+      const __m512i ai = _mm512_set1_epi32(static_cast<int>(a[i * a_rs + p * a_cs]));
       const __m512bh ab = (__m512bh)ai;
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], ab, bv[j]);
@@ -73,7 +73,7 @@ void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, const ui
   }
 }
 
-using TileFn = void (*)(int64_t, float, const uint32_t*, int64_t, const uint32_t*, int64_t, float*, int64_t,
+using TileFn = void (*)(int64_t, float, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t,
                         __mmask16);
 
 template <int M>
@@ -81,12 +81,12 @@ constexpr TileFn kTileRow[kNv] = {&TileBf16<M, 1>, &TileBf16<M, 2>, &TileBf16<M,
 constexpr const TileFn* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>, kTileRow<6>};
 
 // C (m, n) = alpha A B over kp pairs, m <= kMr rows (A and B as in TileBf16), in tiles of kNr columns.
-void RowPanel(int64_t m, int64_t n, int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, const uint32_t* b,
-              int64_t ldb, float* c, int64_t ldc) {
+void RowPanel(int64_t m, int64_t n, int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t a_cs,
+              const uint32_t* b, int64_t ldb, float* c, int64_t ldc) {
   const TileFn* row = kTiles[m - 1];
   for (int64_t j0 = 0; j0 < n; j0 += kNr) {
     const int64_t nj = std::min(kNr, n - j0);
-    row[(nj + 15) / 16 - 1](kp, alpha, a, a_rs, b + j0, ldb, c + j0, ldc, TailMask(nj));
+    row[(nj + 15) / 16 - 1](kp, alpha, a, a_rs, a_cs, b + j0, ldb, c + j0, ldc, TailMask(nj));
   }
 }
 
@@ -109,6 +109,24 @@ void InterleaveRows(const uint16_t* src, int64_t ld, int64_t T, int64_t HS, uint
       const __mmask16 k = LaneMask(HS - j);
       const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r0 + j));
       const __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r1 + j)) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + j, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// The same from fp32 rows, each element rounded to bf16 (nearest even): word (p, j) holds
+// bf16(src[2p][j]) and bf16(src[2p + 1][j]). Read with a_rs 1 it is src^T as the left operand.
+void InterleaveRowsF32(const float* src, int64_t ld, int64_t T, int64_t cols, uint32_t* dst) {
+  for (int64_t p = 0; 2 * p < T; ++p) {
+    const float* r0 = src + 2 * p * ld;
+    const float* r1 = 2 * p + 1 < T ? r0 + ld : nullptr;
+    uint32_t* out = dst + p * cols;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 k = LaneMask(cols - j);
+      const __m256bh b0 = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r0 + j));
+      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)b0);
+      __m512i hi = _mm512_setzero_si512();
+      if (r1) hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r1 + j)));
       _mm512_mask_storeu_epi32(out + j, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }
@@ -140,61 +158,60 @@ void AttentionUnitForwardBf16(const AttentionUnitBf16& u, float* out, int64_t ld
   for (int64_t i0 = 0; i0 < T; i0 += kMr) {
     const int64_t m = std::min<int64_t>(kMr, T - i0);
     const int64_t keys = i0 + m;  // the tile's causal reach
-    RowPanel(m, keys, HS / 2, u.scale, Words(u.q + i0 * u.ld_qkv), u.ld_qkv / 2, kT, T, P + i0 * T, T);
+    RowPanel(m, keys, HS / 2, u.scale, Words(u.q + i0 * u.ld_qkv), u.ld_qkv / 2, 1, kT, T, P + i0 * T, T);
     for (int64_t t = i0; t < keys; ++t) {
       float* row = P + t * T;
       SoftmaxRow(row, t + 1);
       std::memset(row + t + 1, 0, static_cast<size_t>(T - t - 1) * sizeof(float));
       RoundRow(row, keys, Even(keys), pb + (t - i0) * T2);
     }
-    RowPanel(m, HS, Even(keys) / 2, 1.0f, Words(pb), T2 / 2, vp, HS, out + i0 * ld_out, ld_out);
+    RowPanel(m, HS, Even(keys) / 2, 1.0f, Words(pb), T2 / 2, 1, vp, HS, out + i0 * ld_out, ld_out);
   }
 }
 
 void AttentionUnitBackwardBf16(const AttentionUnitBf16& u, const uint16_t* dy, int64_t ld_dy, const float* P,
                                float* dq, float* dk, float* dv, int64_t ld_d) {
   const int64_t T = u.T, HS = u.HS, T2 = Even(T);
-  const size_t words = static_cast<size_t>(HS / 2 * T + 3 * (T2 / 2) * HS);
-  const size_t halves = static_cast<size_t>(3 * T * T2);  // dS, P^T and dS^T in bf16 (T rows of T2)
-  float* scratch = Scratch(kScratchD, words + halves / 2);
-  uint32_t* vT = reinterpret_cast<uint32_t*>(scratch);  // v^T as words (HS/2, T)
-  uint32_t* kp = vT + HS / 2 * T;                        // k, q, dy with row pairs interleaved
+  // vT: v^T as words (HS/2, T); kp, qp, dyp: k, q, dy with row pairs interleaved (T2/2, HS); pp, dsp:
+  // P and dS with row pairs interleaved and rounded (T2/2, T), read as P^T and dS^T; dsb: the query
+  // tile's dS rows in bf16.
+  const size_t words = static_cast<size_t>(HS / 2 * T + 3 * (T2 / 2) * HS + 2 * (T2 / 2) * T + kMr * T2 / 2);
+  float* scratch = Scratch(kScratchD, words);
+  uint32_t* vT = reinterpret_cast<uint32_t*>(scratch);
+  uint32_t* kp = vT + HS / 2 * T;
   uint32_t* qp = kp + T2 / 2 * HS;
   uint32_t* dyp = qp + T2 / 2 * HS;
-  uint16_t* dSb = reinterpret_cast<uint16_t*>(dyp + T2 / 2 * HS);
-  uint16_t* pTb = dSb + T * T2;
-  uint16_t* dSTb = pTb + T * T2;
-  float* dS = Scratch(kScratchE, static_cast<size_t>(T * T + T * T));
-  float* tr = dS + T * T;  // fp32 transposes of P and dS
+  uint32_t* pp = dyp + T2 / 2 * HS;
+  uint32_t* dsp = pp + T2 / 2 * T;
+  uint16_t* dsb = reinterpret_cast<uint16_t*>(dsp + T2 / 2 * T);
+  float* dS = Scratch(kScratchE, static_cast<size_t>(T * T));
   TransposeWords(u.v, u.ld_qkv, T, HS, vT);
   InterleaveRows(u.k, u.ld_qkv, T, HS, kp);
   InterleaveRows(u.q, u.ld_qkv, T, HS, qp);
   InterleaveRows(dy, ld_dy, T, HS, dyp);
+  InterleaveRowsF32(P, T, T, T, pp);
   // Query tiles: dP = dy v^T turned into dS = P (dP - rowsum(P dP)) * scale over s <= t, zeros after
   // it, then dq = dS k.
   for (int64_t i0 = 0; i0 < T; i0 += kMr) {
     const int64_t m = std::min<int64_t>(kMr, T - i0);
     const int64_t keys = i0 + m;
-    RowPanel(m, keys, HS / 2, 1.0f, Words(dy + i0 * ld_dy), ld_dy / 2, vT, T, dS + i0 * T, T);
+    RowPanel(m, keys, HS / 2, 1.0f, Words(dy + i0 * ld_dy), ld_dy / 2, 1, vT, T, dS + i0 * T, T);
     for (int64_t t = i0; t < keys; ++t) {
       float* row = dS + t * T;
       SoftmaxBackwardRow(row, P + t * T, t + 1, u.scale);
       std::memset(row + t + 1, 0, static_cast<size_t>(T - t - 1) * sizeof(float));
-      RoundRow(row, keys, Even(keys), dSb + t * T2);
+      RoundRow(row, keys, Even(keys), dsb + (t - i0) * T2);
     }
-    RowPanel(m, HS, Even(keys) / 2, 1.0f, Words(dSb + i0 * T2), T2 / 2, kp, HS, dq + i0 * ld_d, ld_d);
+    RowPanel(m, HS, Even(keys) / 2, 1.0f, Words(dsb), T2 / 2, 1, kp, HS, dq + i0 * ld_d, ld_d);
   }
-  // Key tiles: dv = P^T dy and dk = dS^T q over the queries t >= s0 that attend to keys [s0, s0 + m).
-  // The transposes in bf16, rows of T2 (zeros before the diagonal, so a pair may start at any even t).
-  Transpose(P, T, T, T, tr);
-  for (int64_t s = 0; s < T; ++s) RoundRow(tr + s * T, T, T2, pTb + s * T2);
-  Transpose(dS, T, T, T, tr);
-  for (int64_t s = 0; s < T; ++s) RoundRow(tr + s * T, T, T2, dSTb + s * T2);
-  for (int64_t s0 = 0; s0 < T; s0 += kMr) {  // s0 even: pairs (t, t + 1) start at even t
+  InterleaveRowsF32(dS, T, T, T, dsp);
+  // Key tiles: dv = P^T dy and dk = dS^T q over the queries t >= s0 that attend to keys [s0, s0 + m)
+  // (s0 even, so the pairs (t, t + 1) start at row pair s0 / 2; P and dS are zero above the diagonal).
+  for (int64_t s0 = 0; s0 < T; s0 += kMr) {
     const int64_t m = std::min<int64_t>(kMr, T - s0);
     const int64_t pairs = (T2 - s0) / 2;
-    RowPanel(m, HS, pairs, 1.0f, Words(pTb + s0 * T2 + s0), T2 / 2, dyp + s0 / 2 * HS, HS, dv + s0 * ld_d, ld_d);
-    RowPanel(m, HS, pairs, 1.0f, Words(dSTb + s0 * T2 + s0), T2 / 2, qp + s0 / 2 * HS, HS, dk + s0 * ld_d, ld_d);
+    RowPanel(m, HS, pairs, 1.0f, pp + s0 / 2 * T + s0, 1, T, dyp + s0 / 2 * HS, HS, dv + s0 * ld_d, ld_d);
+    RowPanel(m, HS, pairs, 1.0f, dsp + s0 / 2 * T + s0, 1, T, qp + s0 / 2 * HS, HS, dk + s0 * ld_d, ld_d);
   }
 }
 
