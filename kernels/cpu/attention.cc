@@ -217,17 +217,22 @@ bool Bf16Units(DType type, int64_t HS) {
 
 const uint16_t* Bf16At(const void* base, int64_t elem) { return static_cast<const uint16_t*>(base) + elem; }
 
+// Head h of batch row b of a bf16 qkv (B, T, 3C) as a bf16 unit.
+detail::AttentionUnitBf16 Bf16Unit(const void* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t HS) {
+  const int64_t row0 = b * T * 3 * C;
+  return {Bf16At(qkv, row0 + h * HS), Bf16At(qkv, row0 + C + h * HS), Bf16At(qkv, row0 + 2 * C + h * HS), 3 * C, T, HS,
+          1.0f / std::sqrt(static_cast<float>(HS))};
+}
+
 void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                       DType type) {
   EnsureBlasSingleThreaded();
   if (Bf16Units(type, C / NH)) {
     const int64_t HS = C / NH;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t unit = u0; unit < u1; ++unit) {
-        const int64_t b = unit / NH, h = unit % NH, row0 = b * T * 3 * C;
-        const detail::AttentionUnitBf16 u{Bf16At(qkv, row0 + h * HS), Bf16At(qkv, row0 + C + h * HS),
-                                          Bf16At(qkv, row0 + 2 * C + h * HS), 3 * C, T, HS, scale};
+        const int64_t b = unit / NH, h = unit % NH;
+        const detail::AttentionUnitBf16 u = Bf16Unit(qkv, b, h, T, C, HS);
         float* o = Scratch(kScratchB, static_cast<size_t>(T * HS));
         detail::AttentionUnitForwardBf16(u, o, HS, att + unit * T * T);
         StoreSlice(o, out, type, b * T, T, C, h * HS, HS);
@@ -286,12 +291,10 @@ void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const floa
   EnsureBlasSingleThreaded();
   if (Bf16Units(type, C / NH)) {
     const int64_t HS = C / NH;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t unit = u0; unit < u1; ++unit) {
-        const int64_t b = unit / NH, h = unit % NH, row0 = b * T * 3 * C;
-        const detail::AttentionUnitBf16 u{Bf16At(qkv, row0 + h * HS), Bf16At(qkv, row0 + C + h * HS),
-                                          Bf16At(qkv, row0 + 2 * C + h * HS), 3 * C, T, HS, scale};
+        const int64_t b = unit / NH, h = unit % NH;
+        const detail::AttentionUnitBf16 u = Bf16Unit(qkv, b, h, T, C, HS);
         float* results = Scratch(kScratchC, static_cast<size_t>(3 * T * HS));
         float *dq = results, *dk = results + T * HS, *dv = results + 2 * T * HS;
         detail::AttentionUnitBackwardBf16(u, Bf16At(dout, b * T * C + h * HS), C, att + unit * T * T, dq, dk, dv, HS);
