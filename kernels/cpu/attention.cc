@@ -217,6 +217,14 @@ bool Bf16Units(DType type, int64_t HS) {
 
 const uint16_t* Bf16At(const void* base, int64_t elem) { return static_cast<const uint16_t*>(base) + elem; }
 
+// fn(b, h, unit) for every (batch row, head), one head per pool chunk.
+template <class F>
+void ForEachHead(int64_t B, int64_t NH, F&& fn) {
+  ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t unit = u0; unit < u1; ++unit) fn(unit / NH, unit % NH, unit);
+  });
+}
+
 // Head h of batch row b of a bf16 qkv (B, T, 3C) as a bf16 unit.
 detail::AttentionUnitBf16 Bf16Unit(const void* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t HS) {
   const int64_t row0 = b * T * 3 * C;
@@ -229,14 +237,10 @@ void AttentionForward(void* out, float* att, const void* qkv, int64_t B, int64_t
   EnsureBlasSingleThreaded();
   if (Bf16Units(type, C / NH)) {
     const int64_t HS = C / NH;
-    ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
-      for (int64_t unit = u0; unit < u1; ++unit) {
-        const int64_t b = unit / NH, h = unit % NH;
-        const detail::AttentionUnitBf16 u = Bf16Unit(qkv, b, h, T, C, HS);
-        float* o = Scratch(kScratchB, static_cast<size_t>(T * HS));
-        detail::AttentionUnitForwardBf16(u, o, HS, att + unit * T * T);
-        StoreSlice(o, out, type, b * T, T, C, h * HS, HS);
-      }
+    ForEachHead(B, NH, [&](int64_t b, int64_t h, int64_t unit) {
+      float* o = Scratch(kScratchB, static_cast<size_t>(T * HS));
+      detail::AttentionUnitForwardBf16(Bf16Unit(qkv, b, h, T, C, HS), o, HS, att + unit * T * T);
+      StoreSlice(o, out, type, b * T, T, C, h * HS, HS);
     });
     return;
   }
@@ -291,17 +295,14 @@ void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const floa
   EnsureBlasSingleThreaded();
   if (Bf16Units(type, C / NH)) {
     const int64_t HS = C / NH;
-    ParallelFor(0, B * NH, 1, [&](int64_t u0, int64_t u1) {
-      for (int64_t unit = u0; unit < u1; ++unit) {
-        const int64_t b = unit / NH, h = unit % NH;
-        const detail::AttentionUnitBf16 u = Bf16Unit(qkv, b, h, T, C, HS);
-        float* results = Scratch(kScratchC, static_cast<size_t>(3 * T * HS));
-        float *dq = results, *dk = results + T * HS, *dv = results + 2 * T * HS;
-        detail::AttentionUnitBackwardBf16(u, Bf16At(dout, b * T * C + h * HS), C, att + unit * T * T, dq, dk, dv, HS);
-        StoreSlice(dq, dqkv, type, b * T, T, 3 * C, h * HS, HS);
-        StoreSlice(dk, dqkv, type, b * T, T, 3 * C, C + h * HS, HS);
-        StoreSlice(dv, dqkv, type, b * T, T, 3 * C, 2 * C + h * HS, HS);
-      }
+    ForEachHead(B, NH, [&](int64_t b, int64_t h, int64_t unit) {
+      float* results = Scratch(kScratchC, static_cast<size_t>(3 * T * HS));
+      float *dq = results, *dk = results + T * HS, *dv = results + 2 * T * HS;
+      detail::AttentionUnitBackwardBf16(Bf16Unit(qkv, b, h, T, C, HS), Bf16At(dout, b * T * C + h * HS), C,
+                                        att + unit * T * T, dq, dk, dv, HS);
+      StoreSlice(dq, dqkv, type, b * T, T, 3 * C, h * HS, HS);
+      StoreSlice(dk, dqkv, type, b * T, T, 3 * C, C + h * HS, HS);
+      StoreSlice(dv, dqkv, type, b * T, T, 3 * C, 2 * C + h * HS, HS);
     });
     return;
   }

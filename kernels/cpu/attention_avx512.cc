@@ -17,10 +17,6 @@
 namespace zerorun::kernels::cpu::detail {
 namespace {
 
-constexpr int kMr = 6;   // rows of a C tile
-constexpr int kNv = 4;   // registers per tile row: 64 columns
-constexpr int64_t kNr = 16 * kNv;
-
 // C[i, j] = alpha * sum_{p < k} A(i, p) B[p, j] for i < M and j < 16 (NV - 1) + popcount(last), where
 // A(i, p) = a[i a_rs + p a_cs] and B's rows are ldb apart. The M x NV accumulators stay in registers;
 // each step loads one row of B and broadcasts one column of A.
@@ -28,11 +24,7 @@ template <int M, int NV>
 void Tile(int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
           int64_t ldc, __mmask16 last) {
   __m512 acc[M][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
-  }
+  ZeroTile(acc);
   for (int64_t p = 0; p < k; ++p) {
     const float* bp = b + p * ldb;
     __m512 bv[NV];
@@ -48,36 +40,18 @@ void Tile(int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs, co
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(ai, bv[j], acc[i][j]);
     }
   }
-  const __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) {
-      const __m512 r = _mm512_mul_ps(acc[i][j], al);
-      if (j == NV - 1) {
-        _mm512_mask_storeu_ps(c + i * ldc + 16 * j, last, r);
-      } else {
-        _mm512_storeu_ps(c + i * ldc + 16 * j, r);
-      }
-    }
-  }
+  StoreTile(acc, alpha, c, ldc, last);
 }
 
-using TileFn = void (*)(int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
-                        __mmask16);
-
 template <int M>
-constexpr TileFn kTileRow[kNv] = {&Tile<M, 1>, &Tile<M, 2>, &Tile<M, 3>, &Tile<M, 4>};
-constexpr const TileFn* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>, kTileRow<6>};
+constexpr TileFnOf<float> kTileRow[kNv] = {&Tile<M, 1>, &Tile<M, 2>, &Tile<M, 3>, &Tile<M, 4>};
+constexpr const TileFnOf<float>* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>,
+                                                 kTileRow<6>};
 
 // C (m, n) = alpha A B for m <= kMr rows (A and B as in Tile), in tiles of kNr columns.
-void RowPanel(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
-              int64_t ldb, float* c, int64_t ldc) {
-  const TileFn* row = kTiles[m - 1];
-  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
-    const int64_t nj = std::min(kNr, n - j0);
-    row[(nj + 15) / 16 - 1](k, alpha, a, a_rs, a_cs, b + j0, ldb, c + j0, ldc, TailMask(nj));
-  }
+template <class... Args>
+void RowPanel(Args... args) {
+  RowPanelOf<float>(kTiles, args...);
 }
 
 }  // namespace

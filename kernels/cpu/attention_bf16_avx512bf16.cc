@@ -27,21 +27,13 @@
 namespace zerorun::kernels::cpu::detail {
 namespace {
 
-constexpr int kMr = 6;  // rows of a C tile
-constexpr int kNv = 4;  // registers per tile row: 64 columns
-constexpr int64_t kNr = 16 * kNv;
-
 // C[i, j] = alpha * sum_{p < kp} dot(A(i, p), B[p, j]) for i < M and j < 16 (NV - 1) + popcount(last),
 // where A(i, p) = a[i a_rs + p a_cs] and B[p, j] = b[p ldb + j] are 32-bit words of two bf16 each.
 template <int M, int NV>
 void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b, int64_t ldb,
               float* c, int64_t ldc, __mmask16 last) {
   __m512 acc[M][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
-  }
+  ZeroTile(acc);
   for (int64_t p = 0; p < kp; ++p) {
     const uint32_t* bp = b + p * ldb;
     __m512bh bv[NV];
@@ -58,36 +50,18 @@ void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t 
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], ab, bv[j]);
     }
   }
-  const __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) {
-      const __m512 r = _mm512_mul_ps(acc[i][j], al);
-      if (j == NV - 1) {
-        _mm512_mask_storeu_ps(c + i * ldc + 16 * j, last, r);
-      } else {
-        _mm512_storeu_ps(c + i * ldc + 16 * j, r);
-      }
-    }
-  }
+  StoreTile(acc, alpha, c, ldc, last);
 }
 
-using TileFn = void (*)(int64_t, float, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t,
-                        __mmask16);
-
 template <int M>
-constexpr TileFn kTileRow[kNv] = {&TileBf16<M, 1>, &TileBf16<M, 2>, &TileBf16<M, 3>, &TileBf16<M, 4>};
-constexpr const TileFn* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>, kTileRow<6>};
+constexpr TileFnOf<uint32_t> kTileRow[kNv] = {&TileBf16<M, 1>, &TileBf16<M, 2>, &TileBf16<M, 3>, &TileBf16<M, 4>};
+constexpr const TileFnOf<uint32_t>* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>,
+                                                 kTileRow<6>};
 
-// C (m, n) = alpha A B over kp pairs, m <= kMr rows (A and B as in TileBf16), in tiles of kNr columns.
-void RowPanel(int64_t m, int64_t n, int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t a_cs,
-              const uint32_t* b, int64_t ldb, float* c, int64_t ldc) {
-  const TileFn* row = kTiles[m - 1];
-  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
-    const int64_t nj = std::min(kNr, n - j0);
-    row[(nj + 15) / 16 - 1](kp, alpha, a, a_rs, a_cs, b + j0, ldb, c + j0, ldc, TailMask(nj));
-  }
+// C (m, n) = alpha A B for m <= kMr rows (A and B as in TileBf16), in tiles of kNr columns.
+template <class... Args>
+void RowPanel(Args... args) {
+  RowPanelOf<uint32_t>(kTiles, args...);
 }
 
 const uint32_t* Words(const uint16_t* p) { return reinterpret_cast<const uint32_t*>(p); }
@@ -98,38 +72,35 @@ void TransposeWords(const uint16_t* src, int64_t ld, int64_t T, int64_t HS, uint
   Transpose(reinterpret_cast<const float*>(src), ld / 2, T, HS / 2, reinterpret_cast<float*>(dst));
 }
 
-// dst (ceil(T/2), HS) words: word (p, j) holds src[2p][j] (low half) and src[2p + 1][j] (high half),
-// the missing row of an odd T as zeros. src: T rows ld apart.
-void InterleaveRows(const uint16_t* src, int64_t ld, int64_t T, int64_t HS, uint32_t* dst) {
+// dst (ceil(T/2), cols) words: word (p, j) holds row 2p's element j (low half) and row 2p + 1's (high
+// half), the missing row of an odd T as zeros. load(r, j, mask) gives 16 elements of row r from column
+// j as bf16 bits in the low halves of 32-bit lanes (zero where the mask is clear).
+template <class Load>
+void InterleaveWith(int64_t T, int64_t cols, uint32_t* dst, const Load& load) {
   for (int64_t p = 0; 2 * p < T; ++p) {
-    const uint16_t* r0 = src + 2 * p * ld;
-    const uint16_t* r1 = 2 * p + 1 < T ? r0 + ld : nullptr;
-    uint32_t* out = dst + p * HS;
-    for (int64_t j = 0; j < HS; j += 16) {
-      const __mmask16 k = LaneMask(HS - j);
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r0 + j));
-      const __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r1 + j)) : _mm512_setzero_si512();
+    uint32_t* out = dst + p * cols;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 k = LaneMask(cols - j);
+      const __m512i lo = load(2 * p, j, k);
+      const __m512i hi = 2 * p + 1 < T ? load(2 * p + 1, j, k) : _mm512_setzero_si512();
       _mm512_mask_storeu_epi32(out + j, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }
 }
 
-// The same from fp32 rows, each element rounded to bf16 (nearest even): word (p, j) holds
-// bf16(src[2p][j]) and bf16(src[2p + 1][j]). Read with a_rs 1 it is src^T as the left operand.
+// bf16 rows (ld apart) with row pairs interleaved.
+void InterleaveRows(const uint16_t* src, int64_t ld, int64_t T, int64_t cols, uint32_t* dst) {
+  InterleaveWith(T, cols, dst, [&](int64_t r, int64_t j, __mmask16 k) {
+    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + r * ld + j));
+  });
+}
+
+// fp32 rows (ld apart) rounded to bf16 (nearest even) with row pairs interleaved. Read with a_rs 1
+// it is src^T as the left operand.
 void InterleaveRowsF32(const float* src, int64_t ld, int64_t T, int64_t cols, uint32_t* dst) {
-  for (int64_t p = 0; 2 * p < T; ++p) {
-    const float* r0 = src + 2 * p * ld;
-    const float* r1 = 2 * p + 1 < T ? r0 + ld : nullptr;
-    uint32_t* out = dst + p * cols;
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 k = LaneMask(cols - j);
-      const __m256bh b0 = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r0 + j));
-      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)b0);
-      __m512i hi = _mm512_setzero_si512();
-      if (r1) hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r1 + j)));
-      _mm512_mask_storeu_epi32(out + j, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-  }
+  InterleaveWith(T, cols, dst, [&](int64_t r, int64_t j, __mmask16 k) {
+    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, src + r * ld + j)));
+  });
 }
 
 // dst[0, n) = src[0, n) rounded to bf16 (nearest even), then zeros up to n_even.

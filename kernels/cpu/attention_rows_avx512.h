@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -17,6 +18,57 @@ namespace {
 __mmask16 TailMask(int64_t n) {
   const int64_t r = n % 16;
   return r == 0 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << r) - 1);
+}
+
+// The products' register tiles: kMr rows of C by up to kNv registers (kNr columns).
+constexpr int kMr = 6;
+constexpr int kNv = 4;
+constexpr int64_t kNr = 16 * kNv;
+
+// A tile kernel over elements E: (k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, last) computes C = alpha A B
+// for its M rows and NV registers (the last one under `last`), A(i, p) = a[i a_rs + p a_cs], B's rows
+// ldb apart.
+template <class E>
+using TileFnOf = void (*)(int64_t, float, const E*, int64_t, int64_t, const E*, int64_t, float*, int64_t, __mmask16);
+
+// C (m, n) = alpha A B for m <= kMr rows, in tiles of kNr columns; tiles[M - 1][NV - 1] is the kernel
+// of M rows and NV registers.
+template <class E>
+void RowPanelOf(const TileFnOf<E>* const* tiles, int64_t m, int64_t n, int64_t k, float alpha, const E* a,
+                int64_t a_rs, int64_t a_cs, const E* b, int64_t ldb, float* c, int64_t ldc) {
+  const TileFnOf<E>* row = tiles[m - 1];
+  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
+    const int64_t nj = std::min(kNr, n - j0);
+    row[(nj + 15) / 16 - 1](k, alpha, a, a_rs, a_cs, b + j0, ldb, c + j0, ldc, TailMask(nj));
+  }
+}
+
+// An M x NV tile of accumulators (NV registers of 16 columns per row) zeroed.
+template <int M, int NV>
+void ZeroTile(__m512 (&acc)[M][NV]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+}
+
+// C (rows ldc apart) = alpha * the tile; each row's last register is stored under `last`.
+template <int M, int NV>
+void StoreTile(const __m512 (&acc)[M][NV], float alpha, float* c, int64_t ldc, __mmask16 last) {
+  const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      const __m512 r = _mm512_mul_ps(acc[i][j], al);
+      if (j == NV - 1) {
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * j, last, r);
+      } else {
+        _mm512_storeu_ps(c + i * ldc + 16 * j, r);
+      }
+    }
+  }
 }
 
 __mmask16 LaneMask(int64_t left) {

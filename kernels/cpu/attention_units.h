@@ -11,16 +11,18 @@
 
 namespace zerorun::kernels::cpu::detail {
 
-// q, k, v: (T, HS) slices with rows ld_qkv apart.
-struct AttentionUnit {
-  const float* q;
-  const float* k;
-  const float* v;
+// q, k, v: (T, HS) slices of element type E with rows ld_qkv apart.
+template <class E>
+struct AttentionUnitOf {
+  const E* q;
+  const E* k;
+  const E* v;
   int64_t ld_qkv;
   int64_t T;
   int64_t HS;
   float scale;
 };
+using AttentionUnit = AttentionUnitOf<float>;
 
 // out (T, HS) rows ld_out apart = P v, with P (T, T) = the causal softmax of q k^T * scale, stored
 // with zeros above the diagonal.
@@ -34,15 +36,7 @@ void AttentionUnitBackwardAvx512(const AttentionUnit& u, const float* dy, int64_
 // The same in bf16 with AVX512_BF16 (attention_bf16_avx512bf16.cc): q, k, v (T, HS) bf16 slices rows
 // ld_qkv apart, HS and ld_qkv even and the slices 4-byte aligned. Products in bf16 pairs with fp32
 // accumulation; out, P, dq, dk, dv fp32 as above.
-struct AttentionUnitBf16 {
-  const uint16_t* q;
-  const uint16_t* k;
-  const uint16_t* v;
-  int64_t ld_qkv;
-  int64_t T;
-  int64_t HS;
-  float scale;
-};
+using AttentionUnitBf16 = AttentionUnitOf<uint16_t>;
 
 void AttentionUnitForwardBf16(const AttentionUnitBf16& u, float* out, int64_t ld_out, float* P);
 
