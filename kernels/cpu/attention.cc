@@ -3,7 +3,9 @@
 //   forward:  S = q k^T * scale,  P = softmax over s <= t,  out = P v
 //   backward: dP = dout v^T,  dS = P * (dP - rowsum(P * dP)) * scale,
 //             dv = P^T dout,  dq = dS k,  dk = dS^T q
-// Three forms (FusedUnits picks):
+// Four forms (Bf16Units and FusedUnits pick):
+//  - bf16 on AVX512_BF16 where its products may run natively: the bf16 units of attention_units.h
+//    (the fused units' tiles with every product on vdpbf16ps, from the bf16 slices in place).
 //  - AVX-512: the fused units of attention_units.h (register-tiled products, 6-row causal tiles, each
 //    tile's softmax while it is in L1). fp32 slices are read and written in place through their
 //    leading dimensions (3C for qkv, C for out); 16-bit slices are widened into per-thread scratch
