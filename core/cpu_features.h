@@ -14,7 +14,7 @@ struct CpuFeatures {
   bool avx2 = false;    // with FMA
   bool f16c = false;
   bool avx512 = false;  // F, BW, VL, DQ
-  bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16) beside the above
+  bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps, vcvtneps2bf16) beside the above
 };
 
 // The features of this CPU (ignores ZERORUN_ISA).

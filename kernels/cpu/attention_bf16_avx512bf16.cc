@@ -1,16 +1,19 @@
 // The fused attention of one (batch, head) in bf16 with AVX512_BF16 (attention_units.h): the fp32
 // units' 6-row causal tiles and row operations, but every product runs on vdpbf16ps (pairs of bf16
-// multiplied and summed into fp32 lanes: twice the fp32 FMA's rate on Zen 4 and Zen 5) straight from
+// multiplied and summed into fp32 lanes: twice the fp32 FMA's rate on the Zen 4 measured, 234 against
+// 117 GFLOP/s at 1 thread) straight from
 // the bf16 activations. Scores, the softmax, P as saved and dS stay fp32; P and dS are rounded to bf16
 // (round to nearest even) only as operands of their products, as the native oneDNN form does.
 //
 // vdpbf16ps multiplies pairs along the reduction index, so each operand is read as 32-bit words that
 // hold two consecutive reduction elements:
-//  - a row-major operand whose reduction runs along its rows (q, dy, and the bf16 copies of P, dS and
-//    their transposes) is read as it is;
+//  - a row-major operand whose reduction runs along its rows (q, dy, and the query tile's P and dS rows
+//    rounded to bf16) is read as it is;
 //  - k^T and v^T (reduction along the head dimension) are k and v with their 32-bit words transposed;
 //  - v, k, dy and q as the right operand of P v, dS k, P^T dy and dS^T q (reduction along time) are
-//    packed with rows 2p and 2p + 1 interleaved element by element.
+//    packed with rows 2p and 2p + 1 interleaved element by element;
+//  - P^T and dS^T are P and dS rounded with their row pairs interleaved the same way, read down a
+//    column (no transpose).
 // Odd lengths are padded with a zero element or row.
 // GCC 12's AVX-512 headers start masked intrinsics from _mm512_undefined_ps(), which -Wuninitialized
 // reports once inlined (a compiler false positive); silence it for this file only.
@@ -27,15 +30,19 @@
 namespace zerorun::kernels::cpu::detail {
 namespace {
 
+// A 32-bit word of two bf16. Words are read from memory written as bf16 (the activations, the rounded
+// rows) or by vector stores: vector loads alias anything, and the scalar reads go through memcpy.
+using Word = uint32_t;
+
 // C[i, j] = alpha * sum_{p < kp} dot(A(i, p), B[p, j]) for i < M and j < 16 (NV - 1) + popcount(last),
 // where A(i, p) = a[i a_rs + p a_cs] and B[p, j] = b[p ldb + j] are 32-bit words of two bf16 each.
 template <int M, int NV>
-void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b, int64_t ldb,
+void TileBf16(int64_t kp, float alpha, const Word* a, int64_t a_rs, int64_t a_cs, const Word* b, int64_t ldb,
               float* c, int64_t ldc, __mmask16 last) {
   __m512 acc[M][NV];
   ZeroTile(acc);
   for (int64_t p = 0; p < kp; ++p) {
-    const uint32_t* bp = b + p * ldb;
+    const Word* bp = b + p * ldb;
     __m512bh bv[NV];
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) {
@@ -44,7 +51,9 @@ void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t 
     }
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
-      const __m512i ai = _mm512_set1_epi32(static_cast<int>(a[i * a_rs + p * a_cs]));
+      int word;
+      std::memcpy(&word, a + i * a_rs + p * a_cs, sizeof word);
+      const __m512i ai = _mm512_set1_epi32(word);
       const __m512bh ab = (__m512bh)ai;
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], ab, bv[j]);
@@ -54,31 +63,31 @@ void TileBf16(int64_t kp, float alpha, const uint32_t* a, int64_t a_rs, int64_t 
 }
 
 template <int M>
-constexpr TileFnOf<uint32_t> kTileRow[kNv] = {&TileBf16<M, 1>, &TileBf16<M, 2>, &TileBf16<M, 3>, &TileBf16<M, 4>};
-constexpr const TileFnOf<uint32_t>* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>,
+constexpr TileFnOf<Word> kTileRow[kNv] = {&TileBf16<M, 1>, &TileBf16<M, 2>, &TileBf16<M, 3>, &TileBf16<M, 4>};
+constexpr const TileFnOf<Word>* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>, kTileRow<5>,
                                                  kTileRow<6>};
 
 // C (m, n) = alpha A B for m <= kMr rows (A and B as in TileBf16), in tiles of kNr columns.
 template <class... Args>
 void RowPanel(Args... args) {
-  RowPanelOf<uint32_t>(kTiles, args...);
+  RowPanelOf<Word>(kTiles, args...);
 }
 
-const uint32_t* Words(const uint16_t* p) { return reinterpret_cast<const uint32_t*>(p); }
+const Word* Words(const uint16_t* p) { return reinterpret_cast<const Word*>(p); }
 
 // dst (HS/2, T) 32-bit words = the words of src (T rows ld apart, HS bf16 each) transposed: word (d, s)
 // holds src[s][2d], src[s][2d + 1]. HS even.
-void TransposeWords(const uint16_t* src, int64_t ld, int64_t T, int64_t HS, uint32_t* dst) {
-  Transpose(reinterpret_cast<const float*>(src), ld / 2, T, HS / 2, reinterpret_cast<float*>(dst));
+void TransposeWords(const uint16_t* src, int64_t ld, int64_t T, int64_t HS, Word* dst) {
+  Transpose(Words(src), ld / 2, T, HS / 2, dst);
 }
 
 // dst (ceil(T/2), cols) words: word (p, j) holds row 2p's element j (low half) and row 2p + 1's (high
 // half), the missing row of an odd T as zeros. load(r, j, mask) gives 16 elements of row r from column
 // j as bf16 bits in the low halves of 32-bit lanes (zero where the mask is clear).
 template <class Load>
-void InterleaveWith(int64_t T, int64_t cols, uint32_t* dst, const Load& load) {
+void InterleaveWith(int64_t T, int64_t cols, Word* dst, const Load& load) {
   for (int64_t p = 0; 2 * p < T; ++p) {
-    uint32_t* out = dst + p * cols;
+    Word* out = dst + p * cols;
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 k = LaneMask(cols - j);
       const __m512i lo = load(2 * p, j, k);
@@ -89,7 +98,7 @@ void InterleaveWith(int64_t T, int64_t cols, uint32_t* dst, const Load& load) {
 }
 
 // bf16 rows (ld apart) with row pairs interleaved.
-void InterleaveRows(const uint16_t* src, int64_t ld, int64_t T, int64_t cols, uint32_t* dst) {
+void InterleaveRows(const uint16_t* src, int64_t ld, int64_t T, int64_t cols, Word* dst) {
   InterleaveWith(T, cols, dst, [&](int64_t r, int64_t j, __mmask16 k) {
     return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + r * ld + j));
   });
@@ -97,7 +106,7 @@ void InterleaveRows(const uint16_t* src, int64_t ld, int64_t T, int64_t cols, ui
 
 // fp32 rows (ld apart) rounded to bf16 (nearest even) with row pairs interleaved. Read with a_rs 1
 // it is src^T as the left operand.
-void InterleaveRowsF32(const float* src, int64_t ld, int64_t T, int64_t cols, uint32_t* dst) {
+void InterleaveRowsF32(const float* src, int64_t ld, int64_t T, int64_t cols, Word* dst) {
   InterleaveWith(T, cols, dst, [&](int64_t r, int64_t j, __mmask16 k) {
     return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, src + r * ld + j)));
   });
@@ -121,8 +130,8 @@ void AttentionUnitForwardBf16(const AttentionUnitBf16& u, float* out, int64_t ld
   const int64_t T = u.T, HS = u.HS, T2 = Even(T);
   // kT: k^T as words (HS/2, T); vp: v with row pairs interleaved (T2/2, HS); pb: the tile's P in bf16.
   float* scratch = Scratch(kScratchD, static_cast<size_t>(HS / 2 * T + T2 / 2 * HS + kMr * T2 / 2));
-  uint32_t* kT = reinterpret_cast<uint32_t*>(scratch);
-  uint32_t* vp = kT + HS / 2 * T;
+  Word* kT = reinterpret_cast<Word*>(scratch);
+  Word* vp = kT + HS / 2 * T;
   uint16_t* pb = reinterpret_cast<uint16_t*>(vp + T2 / 2 * HS);
   TransposeWords(u.k, u.ld_qkv, T, HS, kT);
   InterleaveRows(u.v, u.ld_qkv, T, HS, vp);
@@ -148,12 +157,12 @@ void AttentionUnitBackwardBf16(const AttentionUnitBf16& u, const uint16_t* dy, i
   // tile's dS rows in bf16.
   const size_t words = static_cast<size_t>(HS / 2 * T + 3 * (T2 / 2) * HS + 2 * (T2 / 2) * T + kMr * T2 / 2);
   float* scratch = Scratch(kScratchD, words);
-  uint32_t* vT = reinterpret_cast<uint32_t*>(scratch);
-  uint32_t* kp = vT + HS / 2 * T;
-  uint32_t* qp = kp + T2 / 2 * HS;
-  uint32_t* dyp = qp + T2 / 2 * HS;
-  uint32_t* pp = dyp + T2 / 2 * HS;
-  uint32_t* dsp = pp + T2 / 2 * T;
+  Word* vT = reinterpret_cast<Word*>(scratch);
+  Word* kp = vT + HS / 2 * T;
+  Word* qp = kp + T2 / 2 * HS;
+  Word* dyp = qp + T2 / 2 * HS;
+  Word* pp = dyp + T2 / 2 * HS;
+  Word* dsp = pp + T2 / 2 * T;
   uint16_t* dsb = reinterpret_cast<uint16_t*>(dsp + T2 / 2 * T);
   float* dS = Scratch(kScratchE, static_cast<size_t>(T * T));
   TransposeWords(u.v, u.ld_qkv, T, HS, vT);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "zerorun/kernels/cpu/vec_avx512.h"
@@ -145,16 +146,23 @@ void Transpose16(const float* src, int64_t ld, float* dst, int64_t ldd) {
   }
 }
 
-// dst (cols, rows) = src (rows, cols)^T, src rows ld apart: whole 16 x 16 blocks in registers, the
-// edges element by element.
-void Transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+// dst (cols, rows) = src (rows, cols)^T, src rows ld apart, of any 32-bit element E (float, or a word
+// of two bf16): whole 16 x 16 blocks in registers (vector loads and stores move bits and alias
+// anything), the edges element by element through memcpy (so E may be read from memory of another
+// type).
+template <class E>
+void Transpose(const E* src, int64_t ld, int64_t rows, int64_t cols, E* dst) {
+  static_assert(sizeof(E) == sizeof(float));
   const int64_t rows16 = rows - rows % 16, cols16 = cols - cols % 16;
   for (int64_t r0 = 0; r0 < rows16; r0 += 16) {
-    for (int64_t c0 = 0; c0 < cols16; c0 += 16) Transpose16(src + r0 * ld + c0, ld, dst + c0 * rows + r0, rows);
+    for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
+      Transpose16(reinterpret_cast<const float*>(src + r0 * ld + c0), ld, reinterpret_cast<float*>(dst + c0 * rows + r0),
+                  rows);
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t c_from = r < rows16 ? cols16 : 0;
-    for (int64_t c = c_from; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+    for (int64_t c = c_from; c < cols; ++c) std::memcpy(dst + c * rows + r, src + r * ld + c, sizeof(E));
   }
 }
 
