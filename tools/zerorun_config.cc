@@ -326,7 +326,8 @@ int RunEstimate(int argc, char** argv) {
      << "  peak = states + buckets + live"
      << (activations ? " + activations " + zerorun::FormatBytes(static_cast<double>(act)) : "") << ".\n";
   if (!activations) os << "  Activations are not included (pass --activations BYTES to add them to the peak).\n";
-  os << "  optimizer→cpu: fp32 master and optimizer state in host memory (the host column); gradients stay.\n"
+  os << "  optimizer→cpu: fp32 master and optimizer state in host memory (the host column), and the partition's\n"
+     << "    gradients, landed there as they are reduced (stages 2/3: off the device; stage 1: a copy).\n"
      << "  optimizer→nvme: both in the swap file, two slots per sub-group (nvme); in host memory buffer_count\n"
      << "    buffers of one sub-group (sub_group_size) each.\n"
      << "  params→cpu: the 16-bit shards in host memory; params→nvme: in the swap file, and in host memory\n"

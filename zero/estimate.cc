@@ -230,10 +230,16 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
   }
 
   // Offload placements.
+  if (offload_optimizer != OffloadTarget::kNone) {
+    // The partition's reduced gradients land in pinned host memory as the buckets are reduced, where
+    // the host optimizer reads them (zero/strategy_common.h PartitionGradBuffer): stages 2/3 keep them
+    // only there; stage 1 keeps its full gradients on the device and the host copy besides.
+    e.host_bytes += g * own;
+    if (stage >= 2) e.grads_bytes -= g * own;
+  }
   if (offload_optimizer == OffloadTarget::kCpu) {
     // zerorun (offload/host_state_store.h): fp32 master (also in fp32 training) and state in host
-    // buffers; gradients stay where the strategy keeps them and are staged span by span during the
-    // step (a staging buffer of one sub-group, not counted here).
+    // buffers.
     e.host_bytes += 4 * own + k * own;
     e.master_bytes = 0;
     e.optimizer_bytes = 0;
@@ -241,7 +247,7 @@ StageEstimate EstimateStage(const EstimateInput& in, int stage, OffloadTarget of
     // zerorun (offload/nvme_state_store.h): master and state of every sub-group in two slots of the
     // swap file (the committed step and the one being written); in host memory only buffer_count
     // buffers of one sub-group each (a sub-group may pass sub_group_size by less than one unit: a
-    // bucket slice or a parameter shard). Gradients stay, as with cpu.
+    // bucket slice or a parameter shard). Gradients as with cpu.
     const int64_t per = 4 + k;
     const int64_t sub = std::min(own, std::max<int64_t>(1, in.sub_group_numel));
     const int64_t subs = (own + sub - 1) / sub;

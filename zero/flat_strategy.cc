@@ -139,7 +139,9 @@ class FlatStrategy final : public PartitionedStrategy {
     FlatGroupLayout layout;
     Tensor flat_params;  // (padded) model dtype: every parameter of the group is a view of it
     Tensor flat_grads;   // stages 0/1: (padded) gradient dtype, the parameters' gradients are views of it
-    Tensor part_grads;   // stage 2: (partition) this rank's reduced gradients
+    // Stage 2: (partition) this rank's reduced gradients; stage 1 with optimizer offload: the host copy
+    // of its slices of flat_grads (PartitionGradBuffer: pinned host memory with offload).
+    Tensor part_grads;
     std::unique_ptr<FlatGradBuckets> buckets;
   };
   // Stage 2 binds each parameter's gradient to its transient bucket for the backward.
@@ -184,8 +186,11 @@ FlatStrategy::FlatStrategy(const StrategyOptions& options, std::vector<ParamSpec
       // Full gradients accumulate locally over micro-steps and are reduced on the boundary.
       gs.flat_grads = Tensor::Zeros({l.padded_numel}, opt_.grad_dtype, opt_.device, MemCategory::kGrads);
       for (size_t i = 0; i < ids.size(); ++i) host_.BindGrad(ids[i], gs.flat_grads.View(l.offsets[i], {l.numels[i]}));
+      // Optimizer offload (stages 1-3; stage 0 refuses it): the host optimizer reads a copy that each
+      // bucket's landing writes.
+      if (opt_.offload_optimizer) gs.part_grads = PartitionGradBuffer(l.partition_numel);
     } else {
-      gs.part_grads = Tensor::Zeros({l.partition_numel}, opt_.grad_dtype, opt_.device, MemCategory::kGrads);
+      gs.part_grads = PartitionGradBuffer(l.partition_numel);
     }
     gs.buckets = std::make_unique<FlatGradBuckets>(l, opt_.grad_dtype, target, queue_, gs.flat_grads, gs.part_grads);
 
@@ -202,6 +207,9 @@ FlatStrategy::FlatStrategy(const StrategyOptions& options, std::vector<ParamSpec
         }
       }
       spec.segments.push_back({offset, numel, grads, p});
+      // Stage 1's host copy (offload) is contiguous where its device slices are not: the checks keep the
+      // device's runs, so that sums of squares add in the same order as without offload.
+      spec.segments.back().new_grad_run = stage == 1 && gs.part_grads.defined();
     };
     if (stage == 0) {
       spec.numel = l.padded_numel;
@@ -216,9 +224,10 @@ FlatStrategy::FlatStrategy(const StrategyOptions& options, std::vector<ParamSpec
       const int64_t chunk = opt_.allgather_bucket_numel;
       for (const FlatBucket& b : l.buckets) {
         const Range slice = b.Slice(rank);
-        const char* grads = stage == 1 ? static_cast<const char*>(gs.flat_grads.data()) + static_cast<size_t>(slice.begin) * gsize
-                                       : static_cast<const char*>(gs.part_grads.data()) +
-                                             static_cast<size_t>(b.partition_offset) * gsize;
+        const char* grads = !gs.part_grads.defined() ? static_cast<const char*>(gs.flat_grads.data()) +
+                                                            static_cast<size_t>(slice.begin) * gsize
+                                                      : static_cast<const char*>(gs.part_grads.data()) +
+                                                            static_cast<size_t>(b.partition_offset) * gsize;
         append(b.partition_offset, b.slice_numel, grads, params + static_cast<size_t>(slice.begin) * psize);
         spec.units.push_back(b.slice_numel);
         if (chunk > 0) {
@@ -300,7 +309,8 @@ void FlatStrategy::FinishReductions() {
 void FlatStrategy::ZeroGrads() {
   for (Group& g : groups_) {
     if (g.flat_grads.defined()) g.flat_grads.Zero();
-    if (g.part_grads.defined()) g.part_grads.Zero();
+    // Stage 1's host copy is overwritten whole by the next boundary's landings.
+    if (g.part_grads.defined() && opt_.stage == 2) g.part_grads.Zero();
   }
 }
 

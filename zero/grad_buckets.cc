@@ -3,6 +3,7 @@
 #include "zerorun/zero/grad_buckets.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/timer.h"
@@ -23,6 +24,23 @@ ReduceScaling ScalingFor(bool average, bool prescale, double predivide, int worl
   }
   return s;
 }
+
+namespace {
+
+// Where a landing reads its reduced slice: `received` itself when it lives where `dst` does, else
+// (gradients landing in pinned host memory from a device: optimizer offload) a host copy of it, with
+// the landing's kernels run on the host while `*on_host` lives. On the CPU device both are host memory.
+Tensor LandingSource(const Tensor& dst, const Tensor& received, std::optional<kernels::KernelDeviceScope>* on_host) {
+  if (dst.device() == received.device()) return received;
+  ZR_CHECK(dst.device().is_cpu(), "gradients landing on {} from {}", dst.device().ToString(),
+           received.device().ToString());
+  Tensor host = Tensor::Empty(received.shape(), received.dtype(), Device::CPU(), MemCategory::kBuckets);
+  CopyBytes(host.data(), Device::CPU(), received.data(), received.device(), received.nbytes());
+  on_host->emplace(Device::CPU());
+  return host;
+}
+
+}  // namespace
 
 // ---- GradBucketQueue ----------------------------------------------------------------------------
 
@@ -120,10 +138,12 @@ FlatGradBuckets::FlatGradBuckets(const FlatGroupLayout& layout, DType grad_dtype
       partition_grads_(std::move(partition_grads)) {
   ZR_CHECK(queue.comm().size() == layout.world_size, "communicator of {} ranks for a layout of {}",
            queue.comm().size(), layout.world_size);
-  if (target_ == Target::kAccumulateSlice) {
+  if (target_ == Target::kAccumulateSlice || partition_grads_.defined()) {
     ZR_CHECK(partition_grads_.defined() && partition_grads_.numel() == layout.partition_numel,
              "partition gradient buffer");
-  } else {
+    ZR_CHECK(target_ != Target::kAllReduce, "an all-reduce lands in the full gradients only");
+  }
+  if (target_ != Target::kAccumulateSlice) {
     ZR_CHECK(full_grads_.defined() && full_grads_.numel() == layout.padded_numel, "full gradient buffer");
   }
   for (size_t b = 0; b < layout_.buckets.size(); ++b) buckets_.push_back(std::make_unique<Bucket>());
@@ -209,19 +229,23 @@ PackedBucket FlatGradBuckets::Pack(int bi) {
       break;
     case Target::kOwnSlice: {
       Tensor dst = full_grads_.View(fb.Slice(comm.rank()).begin, {fb.slice_numel});
-      p.land = [dst, this](const Tensor& received, double post) {
+      Tensor host = partition_grads_.defined() ? partition_grads_.View(fb.partition_offset, {fb.slice_numel}) : Tensor();
+      p.land = [dst, host, this](const Tensor& received, double post) {
         if (received.data() != dst.data() || received.dtype() != dst.dtype()) {
           kernels::Copy(dst.data(), grad_dtype_, received.data(), received.dtype(), dst.numel());
         }
         if (post != 1.0) kernels::Scale(dst.data(), dst.data(), static_cast<float>(post), dst.numel(), grad_dtype_);
+        // Optimizer offload: the reduced slice goes to the host's copy of the partition at once.
+        if (host.defined()) CopyBytes(host.data(), Device::CPU(), dst.data(), dst.device(), dst.nbytes());
       };
       break;
     }
     case Target::kAccumulateSlice: {
       Tensor dst = partition_grads_.View(fb.partition_offset, {fb.slice_numel});
       p.land = [dst, bi, this](const Tensor& received, double post) {
-        kernels::Axpy(dst.data(), dst.dtype(), received.data(), received.dtype(), static_cast<float>(post),
-                      dst.numel());
+        std::optional<kernels::KernelDeviceScope> on_host;
+        const Tensor src = LandingSource(dst, received, &on_host);
+        kernels::Axpy(dst.data(), dst.dtype(), src.data(), src.dtype(), static_cast<float>(post), dst.numel());
         Bucket& bk = *buckets_[static_cast<size_t>(bi)];
         if (bk.buffer.defined()) live_bucket_bytes_ -= static_cast<int64_t>(bk.buffer.nbytes());
         bk.buffer = Tensor();
@@ -330,11 +354,13 @@ void ShardGradBuckets::SubmitOpen() {
     // In place: this rank's block of the packed buffer receives its reduced shards.
     p.received = p.wire.View(comm.rank() * open->shard_numel, {open->shard_numel});
     p.land = [this, open, offsets](const Tensor& received, double post) {
-      const char* base = static_cast<const char*>(received.data());
-      const size_t es = DTypeSize(received.dtype());
+      std::optional<kernels::KernelDeviceScope> on_host;
+      const Tensor src = LandingSource(grad_shards_[static_cast<size_t>(open->ids.front())], received, &on_host);
+      const char* base = static_cast<const char*>(src.data());
+      const size_t es = DTypeSize(src.dtype());
       for (size_t k = 0; k < open->ids.size(); ++k) {
         const Tensor& dst = grad_shards_[static_cast<size_t>(open->ids[k])];
-        kernels::Axpy(dst.data(), dst.dtype(), base + static_cast<size_t>(offsets[k]) * es, received.dtype(),
+        kernels::Axpy(dst.data(), dst.dtype(), base + static_cast<size_t>(offsets[k]) * es, src.dtype(),
                       static_cast<float>(post), dst.numel());
       }
     };

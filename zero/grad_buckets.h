@@ -119,11 +119,14 @@ class FlatGradBuckets {
  public:
   enum class Target {
     kAllReduce,        // stage 0: every rank ends with the whole averaged gradient in `full_grads`
-    kOwnSlice,         // stage 1: this rank's slice of each bucket of `full_grads` is overwritten
+    kOwnSlice,         // stage 1: this rank's slice of each bucket of `full_grads` is overwritten (and copied)
     kAccumulateSlice,  // stage 2: transient buckets; this rank's slice is added into `partition_grads`
   };
   // full_grads (layout.padded_numel, grad dtype) for kAllReduce/kOwnSlice; partition_grads
-  // (layout.partition_numel) for kAccumulateSlice. The layout's world size is the queue's.
+  // (layout.partition_numel) for kAccumulateSlice, and optionally for kOwnSlice: a copy of this rank's
+  // slices, written as each bucket lands. partition_grads may be host memory while the communicator's
+  // device is not (optimizer offload): a landing copies its slice to the host and adds it there. The
+  // layout's world size is the queue's.
   FlatGradBuckets(const FlatGroupLayout& layout, DType grad_dtype, Target target, GradBucketQueue& queue,
                   Tensor full_grads, Tensor partition_grads);
   ~FlatGradBuckets();

@@ -44,7 +44,7 @@ PartitionOptimizer::PartitionOptimizer(std::vector<PartitionGroupSpec> groups, U
     std::vector<GradRun> runs;
     for (const PartitionSegment& s : spec.segments) {
       if (s.numel == 0) continue;
-      if (!runs.empty() && static_cast<const char*>(runs.back().grads) + static_cast<size_t>(runs.back().numel) * gsize ==
+      if (!runs.empty() && !s.new_grad_run && static_cast<const char*>(runs.back().grads) + static_cast<size_t>(runs.back().numel) * gsize ==
                                static_cast<const char*>(s.grads)) {
         runs.back().numel += s.numel;
       } else {
@@ -59,9 +59,9 @@ PartitionOptimizer::PartitionOptimizer(std::vector<PartitionGroupSpec> groups, U
   if (store_->offloaded()) {
     ZR_CHECK(master_slot_ >= 0, "an offloaded state store needs a master copy (the parameters stay on {})",
              opt_.device.ToString());
+    ZR_CHECK(opt_.grads_on_host, "an offloaded state store steps on the host: the gradients must be landed there");
     const int64_t n = std::max<int64_t>(1, store_->layout().LargestSubGroupNumel());
     // Pinned through the device's backend (cudaHostAlloc on CUDA), so the copies can be DMA.
-    grad_stage_ = PinnedHostTensor({n}, opt_.grad_dtype, opt_.device);
     param_stage_ = PinnedHostTensor({n}, opt_.param_dtype, opt_.device);
   }
   if (opt_.shard_store != nullptr && !store_->offloaded() && !opt_.device.is_cpu()) {
@@ -100,13 +100,10 @@ void PartitionOptimizer::SpanDone(int group, const Span& s) {
 }
 
 void PartitionOptimizer::StageIn(kernels::OptimSpan* k, bool params_on_host) {
-  if (!store_->offloaded()) return;
-  ZR_CHECK(k->n <= grad_stage_.numel(), "span of {} elements exceeds the staging buffer of {}", k->n,
-           grad_stage_.numel());
-  CopyBytes(grad_stage_.data(), Device::CPU(), k->grads, opt_.device,
-            static_cast<size_t>(k->n) * DTypeSize(opt_.grad_dtype));
-  k->grads = grad_stage_.data();
-  if (!params_on_host) k->param_copy = param_stage_.data();
+  if (!store_->offloaded() || params_on_host) return;
+  ZR_CHECK(k->n <= param_stage_.numel(), "span of {} elements exceeds the staging buffer of {}", k->n,
+           param_stage_.numel());
+  k->param_copy = param_stage_.data();
 }
 
 void PartitionOptimizer::WriteBack(const kernels::OptimSpan& k, void* device_params, bool params_on_host) const {
@@ -210,6 +207,8 @@ void PartitionOptimizer::Initialize() {
 }
 
 bool PartitionOptimizer::LocalAllFinite() const {
+  std::optional<kernels::KernelDeviceScope> on_host;  // gradients on the host: checked there
+  if (opt_.grads_on_host) on_host.emplace(Device::CPU());
   for (const auto& runs : grad_runs_) {
     for (const GradRun& r : runs) {
       if (!kernels::AllFinite(r.grads, r.numel, opt_.grad_dtype)) return false;
@@ -220,6 +219,8 @@ bool PartitionOptimizer::LocalAllFinite() const {
 
 std::vector<double> PartitionOptimizer::LocalSumSquares() const {
   std::vector<double> sums;
+  std::optional<kernels::KernelDeviceScope> on_host;  // gradients on the host: checked there
+  if (opt_.grads_on_host) on_host.emplace(Device::CPU());
   for (const auto& runs : grad_runs_) {
     double s = 0;
     for (const GradRun& r : runs) s += kernels::SumSquares(r.grads, r.numel, opt_.grad_dtype);
@@ -231,6 +232,8 @@ std::vector<double> PartitionOptimizer::LocalSumSquares() const {
 std::vector<std::pair<int, int64_t>> PartitionOptimizer::NonFiniteTensors(size_t max) const {
   std::vector<std::pair<int, int64_t>> out;
   const size_t gsize = DTypeSize(opt_.grad_dtype);
+  std::optional<kernels::KernelDeviceScope> on_host;  // gradients on the host: checked there
+  if (opt_.grads_on_host) on_host.emplace(Device::CPU());
   for (size_t g = 0; g < groups_.size() && out.size() < max; ++g) {
     for (const TensorPiece& t : groups_[g].tensors) {
       if (out.size() >= max) break;
@@ -259,14 +262,14 @@ std::vector<GradStats> PartitionOptimizer::LocalGradStats() const {
         const Range r = Intersect({t.offset, t.offset + t.count}, {seg.offset, seg.offset + seg.numel});
         if (r.empty()) continue;
         const char* base = static_cast<const char*>(seg.grads) + static_cast<size_t>(r.begin - seg.offset) * gsize;
-        if (opt_.device.is_cpu()) {
+        if (GradsDevice().is_cpu()) {
           AccumulateGradStats(base, r.size(), opt_.grad_dtype, &out[g]);
           continue;
         }
         for (int64_t at = 0; at < r.size(); at += kChunk) {
           const int64_t n = std::min(kChunk, r.size() - at);
           host.resize(static_cast<size_t>(n) * gsize);
-          CopyBytes(host.data(), Device::CPU(), base + static_cast<size_t>(at) * gsize, opt_.device, host.size());
+          CopyBytes(host.data(), Device::CPU(), base + static_cast<size_t>(at) * gsize, GradsDevice(), host.size());
           AccumulateGradStats(host.data(), n, opt_.grad_dtype, &out[g]);
         }
       }

@@ -35,6 +35,10 @@ struct PartitionSegment {
   // >= 0: the working parameters are unit `unit` of the shard store (PartitionOptimizerOptions::
   // shard_store, parameter offload), numel elements, acquired only while a span uses them.
   int unit = -1;
+  // The checks (finite, sums of squares) start a new run of gradients here even where they continue
+  // the previous segment's in memory: a run is one kernel call, whose order of addition the bits of a
+  // sum depend on.
+  bool new_grad_run = false;
 };
 
 // A piece of one model tensor inside a group's partition (Lamb's trust ratios are per tensor).
@@ -64,7 +68,11 @@ struct PartitionOptimizerOptions {
   // Lamb: tensors are split across ranks, so the per-tensor sums are all-reduced over this (null: this
   // rank holds whole tensors).
   comm::Communicator* norm_comm = nullptr;
-  Device device = Device::CPU();    // where gradients and working parameters live
+  Device device = Device::CPU();    // where working parameters (and gradients, see below) live
+  // The segments' gradients are host memory (pinned through `device`'s backend), not `device`'s: the
+  // strategy lands them there as the buckets are reduced (CPU optimizer offload) and the step reads
+  // them in place. REQUIRED with an offloaded store, whose update runs on the host.
+  bool grads_on_host = false;
   StateStoreFactory store_factory;  // null: MakeResidentStateStore on `device`
   // Where segments with a `unit` keep their working parameters (parameter offload; not owned). Its
   // shards are host memory: the kernels write them directly. REQUIRES master_copy.
@@ -125,11 +133,12 @@ class PartitionOptimizer {
   void* SpanParams(int group, const Span& s, bool writes_all);
   void SpanDone(int group, const Span& s);
   void StatePointers(const SubGroupState& st, const Span& s, int64_t sub_begin, std::vector<float*>* out) const;
-  // Offloaded store: the span's gradients are copied into host staging and param_copy points at host
-  // staging; WriteBack copies the results to the device parameters.
+  // Offloaded store: param_copy points at host staging (the gradients are on the host already:
+  // grads_on_host); WriteBack copies the results to the device parameters.
   // params_on_host: the span's working parameters are a shard-store unit (host memory): the kernel
   // writes them in place, nothing is staged or copied back.
   void StageIn(kernels::OptimSpan* k, bool params_on_host);
+  Device GradsDevice() const { return opt_.grads_on_host ? Device::CPU() : opt_.device; }
   void WriteBack(const kernels::OptimSpan& k, void* device_params, bool params_on_host) const;
   bool ParamsOnHost(int group, const Span& s) const {
     return groups_[static_cast<size_t>(group)].segments[s.segment].unit >= 0;
@@ -140,9 +149,9 @@ class PartitionOptimizer {
   PartitionOptimizerOptions opt_;
   std::unique_ptr<StateStore> store_;
   int master_slot_ = -1;  // -1: no master copy
-  // Host staging of one span's gradients and working parameters (offloaded stores only): charged to
+  // Host staging of one span's working parameters (offloaded stores only): charged to
   // MemCategory::kPinned, sized by the largest sub-group.
-  Tensor grad_stage_, param_stage_;
+  Tensor param_stage_;
   // Runs of gradients contiguous in memory (merged segments), per group: for the checks.
   struct GradRun {
     const void* grads;

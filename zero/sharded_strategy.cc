@@ -156,7 +156,7 @@ ShardedStrategy::ShardedStrategy(const StrategyOptions& options, std::vector<Par
       part += ShardParamStage3(params_[static_cast<size_t>(id)].numel, world, rank).shard_numel;
     }
     Tensor shards = offload ? Tensor() : Tensor::Zeros({part}, opt_.param_dtype, opt_.device, MemCategory::kParams);
-    Tensor grads = Tensor::Zeros({part}, opt_.grad_dtype, opt_.device, MemCategory::kGrads);
+    Tensor grads = PartitionGradBuffer(part);  // with optimizer offload: pinned host memory
     PartitionGroupSpec spec;
     spec.numel = part;
     if (!offload) spec.segments.push_back({0, part, grads.data(), shards.data()});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "zerorun/core/async_copy.h"
 #include "zerorun/core/error.h"
 #include "zerorun/zero/strategy_common.h"
 
@@ -66,9 +67,17 @@ void PartitionedStrategy::BuildOptimizer(std::vector<PartitionGroupSpec> groups,
   po.sub_group_size = opt_.sub_group_size;
   po.norm_comm = partitioned ? &comm_ : nullptr;
   po.device = opt_.device;
+  po.grads_on_host = opt_.offload_optimizer;  // PartitionGradBuffer
   po.store_factory = opt_.state_store;
   optimizer_ = std::make_unique<PartitionOptimizer>(std::move(groups), rule_, po);
   optimizer_->Initialize();
+}
+
+Tensor PartitionedStrategy::PartitionGradBuffer(int64_t numel) const {
+  if (!opt_.offload_optimizer) return Tensor::Zeros({numel}, opt_.grad_dtype, opt_.device, MemCategory::kGrads);
+  Tensor t = PinnedHostTensor({numel}, opt_.grad_dtype, opt_.device);
+  t.Zero();
+  return t;
 }
 
 bool PartitionedStrategy::AnyNonFinite(bool scan) {

@@ -30,6 +30,10 @@ class PartitionedStrategy : public Strategy {
   // of squares (and Lamb's tensor norms) are all-reduced.
   // `shards`: the shard store segments with a unit write to (stage 3's parameter offload; not owned).
   void BuildOptimizer(std::vector<PartitionGroupSpec> groups, bool partitioned, ShardStore* shards = nullptr);
+  // A zeroed buffer for `numel` of this rank's reduced gradients (grad dtype): on the device
+  // (MemCategory::kGrads), or with optimizer offload in pinned host memory (kPinned), where the buckets
+  // land as they are reduced and the host optimizer reads them (ZeRO-Offload).
+  Tensor PartitionGradBuffer(int64_t numel) const;
 
   StrategyOptions opt_;
   std::vector<ParamSpec> params_;

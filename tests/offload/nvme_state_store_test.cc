@@ -246,6 +246,7 @@ TEST_CASE("nvme state store: a step whose swap-out fails is not half-applied (pa
   FaultEnv env;
   z::PartitionOptimizerOptions po;
   po.sub_group_size = 1000;
+  po.grads_on_host = true;  // an offloaded store steps on the host
   NvmeStateStoreOptions o = Opts(dir.path(), &env, "half", 1);
   o.pipeline_read = o.pipeline_write = true;
   po.store_factory = [&](z::StateStoreLayout l) -> std::unique_ptr<z::StateStore> {

@@ -218,14 +218,16 @@ TEST_SUITE("slow") {
 TEST_CASE("nvme offload under a 256 MiB cgroup-v1 memory limit: ~300 MB of optimizer state trains, equal losses") {
   LimitedGroup g;
   if (g.group.empty()) ZR_TEST_SKIP(g.why);
-  const ChildResult unlimited = RunChild("", {ConfigText("")});
+  // Stage 2: its partition's gradients are one buffer, on the host with offload. (Stage 1 keeps the
+  // full gradients on the device and, offloaded, a host copy of its partition: at one rank 50 MB more.)
+  const ChildResult unlimited = RunChild("", {ConfigText("", 2)});
   REQUIRE(unlimited.exited);
   REQUIRE(unlimited.status == 0);
   CHECK(unlimited.state_bytes > 300'000'000);  // fp32 master + 2 moments of 25M parameters
-  const ChildResult limited = RunChild(g.group, {ConfigText("")});
+  const ChildResult limited = RunChild(g.group, {ConfigText("", 2)});
   CHECK_FALSE((limited.exited && limited.status == 0));  // killed (or failed) by the limit
   if (!limited.exited) CHECK(limited.status == SIGKILL);
-  const ChildResult offloaded = RunChild(g.group, {ConfigText(g.swap)});
+  const ChildResult offloaded = RunChild(g.group, {ConfigText(g.swap, 2)});
   REQUIRE(offloaded.exited);
   CHECK(offloaded.status == 0);
   CHECK(offloaded.losses == unlimited.losses);

@@ -1,8 +1,8 @@
 // CPU optimizer offload (offload_optimizer.device "cpu", ZeRO-Offload): the fp32 master weights and
-// optimizer state live in host buffers of offload/host_state_store.h, gradients are staged to the
-// host, the fused optimizer steps there and the results come back — the same arithmetic, so losses
-// and parameters are bitwise those of training without offload, at stages 1-3, 1-3 ranks, fp32 / bf16 /
-// fp16, with gradient accumulation, over 20 steps. The memory account shows the state as pinned host
+// optimizer state live in host buffers of offload/host_state_store.h, the partition's gradients land
+// in host memory as their buckets are reduced, the fused optimizer steps there and the results come
+// back — the same arithmetic, so losses and parameters are bitwise those of training without offload,
+// at stages 1-3, 1-3 ranks, fp32 / bf16 / fp16, with gradient accumulation, over 20 steps. The memory account shows the state as pinned host
 // memory and none of it as device master/optimizer memory.
 #include <doctest/doctest.h>
 
@@ -104,17 +104,23 @@ TEST_CASE("cpu offload: the state is pinned host memory, not device master/optim
           return n;
         }();
         CHECK(state >= 12 * numel);
+        // The partition's bf16 gradients were landed in (pinned, through the device's backend) host
+        // memory as they were reduced: at stages 2/3 there is no device gradient buffer; stage 1 keeps
+        // its full gradients besides. Then one sub-group's staging of 16-bit parameters.
+        const int64_t grads = 2 * numel, staging = 2 * store.layout().LargestSubGroupNumel();
+        if (stage >= 2) CHECK(m.Current(MemCategory::kGrads) == 0);
+        if (stage == 1) CHECK(m.Current(MemCategory::kGrads) >= 2 * numel);
         if (std::string(pin) == "true") {
           CHECK(store.placement() == "cpu (pinned host memory)");
           CHECK(m.Current(MemCategory::kMaster) == 0);
           CHECK(m.Current(MemCategory::kOptimizer) == 0);
-          // The state, plus one span's staging of gradients and parameters.
-          CHECK(m.Current(MemCategory::kPinned) >= state);
-          CHECK(m.Current(MemCategory::kPinned) <= state + 4 * store.layout().LargestSubGroupNumel() + 8192);
+          CHECK(m.Current(MemCategory::kPinned) >= state + grads + staging);
+          CHECK(m.Current(MemCategory::kPinned) <= state + grads + staging + 8192);
         } else {
           CHECK(store.placement() == "cpu (pageable host memory)");
           CHECK(m.Current(MemCategory::kMaster) == 4 * numel);
           CHECK(m.Current(MemCategory::kOptimizer) == 8 * numel);
+          CHECK(m.Current(MemCategory::kPinned) == grads + staging);
         }
       });
     }
@@ -250,22 +256,30 @@ TEST_CASE("nvme offload: host memory for the state is buffer_count sub-groups, a
       CHECK(m.Current(MemCategory::kMaster) == 0);
       CHECK(m.Current(MemCategory::kOptimizer) == 0);
       CHECK(store.resident_bytes() == offload::NvmeStateStoreHostBytes(l, 3));
-      // pinned = the buffers + one footer block per swap-file slot + the optimizer's staging.
-      const int64_t staging = 2 * 2 * l.LargestSubGroupNumel();
-      CHECK(m.Current(MemCategory::kPinned) <= store.resident_bytes() + 2 * l.num_sub_groups() * 4096 + staging + 8192);
-      CHECK(m.Current(MemCategory::kPinned) >= store.resident_bytes());
-      // The estimator: buffer_count × sub_group_size × (master + 2 moments), up to one unit per buffer
-      // (a sub-group closes once it reaches sub_group_size) and the 4 KiB rounding.
-      zero::EstimateInput in;
+      // The partition's bf16 gradients land in pinned host memory (stages 2/3: only there; stage 1
+      // keeps its full gradients on the device too).
       int64_t own = 0;
       for (int64_t g : l.group_numels) own += g;
+      const int64_t host_grads = 2 * own;
+      if (stage >= 2) CHECK(m.Current(MemCategory::kGrads) == 0);
+      if (stage == 1) CHECK(m.Current(MemCategory::kGrads) >= 2 * 2 * own);
+      // pinned = the buffers + one footer block per swap-file slot + the host gradients + the
+      // optimizer's staging of one sub-group's parameters.
+      const int64_t staging = 2 * l.LargestSubGroupNumel();
+      CHECK(m.Current(MemCategory::kPinned) <=
+            store.resident_bytes() + 2 * l.num_sub_groups() * 4096 + host_grads + staging + 8192);
+      CHECK(m.Current(MemCategory::kPinned) >= store.resident_bytes() + host_grads);
+      // The estimator: buffer_count × sub_group_size × (master + 2 moments), up to one unit per buffer
+      // (a sub-group closes once it reaches sub_group_size) and the 4 KiB rounding; and the gradients.
+      zero::EstimateInput in;
       in.groups = {{own * 2}};
       in.world_size = 2;
       in.sub_group_numel = 300;
       in.nvme_buffer_count = 3;
       const zero::StageEstimate e = zero::EstimateStage(in, 3, zero::OffloadTarget::kNvme);
-      CHECK(e.host_bytes == 3 * 12 * 300);
-      CHECK(store.resident_bytes() >= e.host_bytes);
+      REQUIRE(in.grad_bytes == 2);
+      CHECK(e.host_bytes == 3 * 12 * 300 + host_grads);
+      CHECK(store.resident_bytes() + host_grads >= e.host_bytes);
       CHECK(store.resident_bytes() <= 3 * 12 * l.LargestSubGroupNumel() + 3 * 4096);
     });
   }

@@ -173,21 +173,27 @@ TEST_CASE("estimate: offload moves master and optimizer state (and params) off t
   const int64_t psi = 8'000;
   EstimateInput in = Bf16Adam(psi, 4);
   StageEstimate o2 = EstimateStage(in, 2, OffloadTarget::kCpu);
-  // zerorun keeps the gradient partition on the device (staged to the host span by span in the step).
-  CHECK(o2.ModelStateBytes() == 2 * psi + 2 * psi / 4);
-  CHECK(o2.host_bytes == 12 * psi / 4);    // fp32 master + 2 moments
+  // The gradient partition lands in host memory as it is reduced (stage 2: only there).
+  CHECK(o2.grads_bytes == 0);
+  CHECK(o2.ModelStateBytes() == 2 * psi);
+  CHECK(o2.host_bytes == 12 * psi / 4 + 2 * psi / 4);  // fp32 master + 2 moments, bf16 gradients
+  // Stage 1 keeps its full gradients on the device, and the host copy of its partition besides.
+  StageEstimate o1 = EstimateStage(in, 1, OffloadTarget::kCpu);
+  CHECK(o1.ModelStateBytes() == 2 * psi + 2 * psi);
+  CHECK(o1.host_bytes == o2.host_bytes);
   // ZeRO-Infinity: master + moments in two slots per element and the 16-bit shards in the swap files;
   // in host memory buffer_count sub-groups of state and buffer_count shards of the largest tensor (the
-  // whole model here: one tensor); the 16-bit gradient shard stays.
+  // whole model here: one tensor); the 16-bit gradient shard in host memory too.
   in.sub_group_numel = 300;
   in.nvme_buffer_count = 2;
   in.param_buffer_count = 3;
   StageEstimate o3 = EstimateStage(in, 3, OffloadTarget::kNvme, OffloadTarget::kNvme);
-  CHECK(o3.ModelStateBytes() == 2 * psi / 4);
+  CHECK(o3.ModelStateBytes() == 0);
   CHECK(o3.nvme_bytes == 2 * 12 * psi / 4 + 2 * psi / 4);
-  CHECK(o3.host_bytes == 2 * 12 * 300 + 2 * (psi / 4) * 1);  // one tensor: one buffer is all it uses
+  CHECK(o3.host_bytes == 2 * 12 * 300 + 2 * (psi / 4) * 1 + 2 * psi / 4);  // one tensor: one buffer is all it uses
   in.groups = {{1'000, 3'000, 4'000}};
-  CHECK(EstimateStage(in, 3, OffloadTarget::kNvme, OffloadTarget::kNvme).host_bytes == 2 * 12 * 300 + 3 * 2 * 1'000);
+  CHECK(EstimateStage(in, 3, OffloadTarget::kNvme, OffloadTarget::kNvme).host_bytes ==
+        2 * 12 * 300 + 3 * 2 * 1'000 + 2 * psi / 4);
   // Parameter offload alone: fp32 training then keeps a separate fp32 master on the device.
   StageEstimate pc = EstimateStage(in, 3, OffloadTarget::kNone, OffloadTarget::kCpu);
   CHECK(pc.params_bytes == 0);
@@ -197,7 +203,7 @@ TEST_CASE("estimate: offload moves master and optimizer state (and params) off t
   CHECK(EstimateStage(in, 3, OffloadTarget::kNone, OffloadTarget::kCpu).master_bytes == 4 * psi / 4);
   in = Bf16Adam(psi, 4);
   StageEstimate o3c = EstimateStage(in, 3, OffloadTarget::kCpu);
-  CHECK(o3c.ModelStateBytes() == 4 * psi / 4);  // 16-bit parameter and gradient shards stay
+  CHECK(o3c.ModelStateBytes() == 2 * psi / 4);  // the 16-bit parameter shard stays
   CHECK_THROWS_AS(EstimateStage(in, 0, OffloadTarget::kCpu), InvalidArgument);
   // NVMe optimizer offload (zerorun: stages 1-3): two slots of master + state per element on NVMe,
   // buffer_count sub-groups of them in host memory.
@@ -205,10 +211,10 @@ TEST_CASE("estimate: offload moves master and optimizer state (and params) off t
   in.nvme_buffer_count = 2;
   StageEstimate n2 = EstimateStage(in, 2, OffloadTarget::kNvme);
   CHECK(n2.nvme_bytes == 2 * 12 * psi / 4);
-  CHECK(n2.host_bytes == 2 * 12 * 300);
+  CHECK(n2.host_bytes == 2 * 12 * 300 + 2 * psi / 4);
   CHECK(n2.ModelStateBytes() == o2.ModelStateBytes());
   in.nvme_buffer_count = 100;  // more buffers than sub-groups (7 of at most 300 elements)
-  CHECK(EstimateStage(in, 2, OffloadTarget::kNvme).host_bytes == 7 * 12 * 300);
+  CHECK(EstimateStage(in, 2, OffloadTarget::kNvme).host_bytes == 7 * 12 * 300 + 2 * psi / 4);
   in.sub_group_numel = 1'000'000'000;
   CHECK_THROWS_AS(EstimateStage(in, 2, OffloadTarget::kCpu, OffloadTarget::kCpu), InvalidArgument);
   CHECK(EstimateAll(in).size() == 12);
