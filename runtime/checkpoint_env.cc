@@ -9,9 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "zerorun/core/error.h"
+#include "zerorun/offload/file_env.h"
+#include "zerorun/offload/io_engine.h"
 
 namespace zerorun::runtime {
 
@@ -73,6 +77,124 @@ class PosixWritableFile final : public WritableFile {
   uint64_t started_ = 0;  // bytes whose writeback was started
 };
 
+// O_DIRECT writes through the offload I/O engine (io_uring; pread/pwrite where a ring cannot be set up).
+// Append copies into page-aligned buffers and each full buffer is written while the next ones fill, so
+// the disk writes while the caller copies and hashes, and the file takes no page-cache pages (on this
+// project's VMs a buffered save spends most of its time getting fresh page-cache pages). The last
+// partial buffer is written padded to the alignment and stays in memory, so that later Appends extend
+// it; the file is truncated to the bytes appended before every fsync and at Close.
+class DirectWritableFile final : public WritableFile {
+ public:
+  DirectWritableFile(std::string path, offload::IoFile file) : path_(std::move(path)), file_(std::move(file)) {
+    offload::IoEngineOptions o;
+    o.block_size = static_cast<int64_t>(kBufferBytes);  // one request per buffer
+    o.queue_depth = static_cast<int>(kBuffers);
+    engine_ = offload::CreateIoEngine(o);
+  }
+  ~DirectWritableFile() override {
+    for (Buffer& b : bufs_) {
+      try {
+        b.work.Wait();  // the engine must not write from freed memory
+      } catch (...) {
+      }
+      std::free(b.data);
+    }
+  }
+
+  void Append(const void* data, size_t bytes) override {
+    CheckOpen();
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      Buffer& b = Current();
+      const size_t n = std::min(bytes, kBufferBytes - fill_);
+      std::memcpy(b.data + fill_, p, n);
+      fill_ += n;
+      p += n;
+      bytes -= n;
+      if (fill_ == kBufferBytes) {
+        b.work = engine_->SubmitWrite(file_, static_cast<int64_t>(offset_), b.data, static_cast<int64_t>(kBufferBytes));
+        offset_ += kBufferBytes;
+        fill_ = 0;
+        cur_ = (cur_ + 1) % kBuffers;
+        ready_ = false;
+      }
+    }
+  }
+  void Sync() override {
+    CheckOpen();
+    Drain();
+    if (::fsync(file_.fd()) != 0) ThrowErrno(Format("fsync of {}", path_), errno);
+  }
+  void Close() override {
+    CheckOpen();
+    Drain();
+    closed_ = true;
+    file_.Close();
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  // Up to 8 requests of 2 MiB in flight, 16 MiB of memory per open file. In 5 interleaved saves of a
+  // 513 MB checkpoint (2026-12-04, ext4 on virtio) the median was 0.267 s, against 0.346 s for 8 x 1 MiB
+  // and 0.340 s for 4 x 2 MiB.
+  static constexpr size_t kBufferBytes = size_t{2} << 20;
+  static constexpr size_t kBuffers = 8;
+  struct Buffer {
+    char* data = nullptr;
+    offload::IoWork work;
+  };
+
+  void CheckOpen() const {
+    if (closed_) ZR_THROW(InvalidArgument, "{}: file already closed", path_);
+  }
+  // The buffer being filled: allocated on first use, its previous write complete.
+  Buffer& Current() {
+    if (bufs_.empty()) bufs_.resize(kBuffers);
+    Buffer& b = bufs_[cur_];
+    if (!ready_) {
+      b.work.Wait();  // IoError naming the file, the offset and the errno text
+      if (b.data == nullptr) {
+        b.data = static_cast<char*>(std::aligned_alloc(static_cast<size_t>(offload::kDirectIoAlignment), kBufferBytes));
+        if (b.data == nullptr) ZR_THROW(OutOfMemoryError, "{}: no memory for a {} B write buffer", path_, kBufferBytes);
+      }
+      ready_ = true;
+    }
+    return b;
+  }
+  // Writes the partial buffer padded to the alignment, waits for every write and cuts the file to the
+  // bytes appended.
+  void Drain() {
+    if (fill_ > 0) {
+      Buffer& b = Current();
+      const size_t a = static_cast<size_t>(offload::kDirectIoAlignment);
+      const size_t padded = (fill_ + a - 1) / a * a;
+      std::memset(b.data + fill_, 0, padded - fill_);
+      b.work = engine_->SubmitWrite(file_, static_cast<int64_t>(offset_), b.data, static_cast<int64_t>(padded));
+      ready_ = false;  // Current() waits for it before the next Append writes into the buffer
+    }
+    for (Buffer& b : bufs_) b.work.Wait();
+    if (::ftruncate(file_.fd(), static_cast<off_t>(offset_ + fill_)) != 0) {
+      ThrowErrno(Format("truncate of {} to {} bytes", path_, offset_ + fill_), errno);
+    }
+  }
+
+  std::string path_;
+  offload::IoFile file_;
+  std::unique_ptr<offload::IoEngine> engine_;
+  std::vector<Buffer> bufs_;
+  size_t cur_ = 0;        // the buffer being filled
+  bool ready_ = false;    // bufs_[cur_] is allocated and no write from it is in flight
+  size_t fill_ = 0;       // bytes in it
+  uint64_t offset_ = 0;   // where it goes in the file (a multiple of kBufferBytes)
+  bool closed_ = false;
+};
+
+// ZERORUN_CKPT_DIRECT=0 writes checkpoints through the page cache (the buffered writer) everywhere.
+bool DirectWritesEnabled() {
+  const char* v = std::getenv("ZERORUN_CKPT_DIRECT");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 class PosixReadableFile final : public ReadableFile {
  public:
   PosixReadableFile(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
@@ -106,9 +228,18 @@ class PosixReadableFile final : public ReadableFile {
 class PosixEnv final : public CheckpointEnv {
  public:
   std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const bool direct = DirectWritesEnabled();
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
+    if (fd < 0 && direct && errno == EINVAL) {
+      // The file system refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE file systems): buffered
+      // writes.
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) return std::make_unique<PosixWritableFile>(path, fd);
+    }
     if (fd < 0) ThrowErrno(Format("cannot create {}", path), errno);
-    return std::make_unique<PosixWritableFile>(path, fd);
+    if (!direct) return std::make_unique<PosixWritableFile>(path, fd);
+    ::close(fd);  // created (0644) and emptied: the engine's file opens it again
+    return std::make_unique<DirectWritableFile>(path, offload::IoFile::Open(path, {.write = true, .create = false, .direct = true}));
   }
 
   std::unique_ptr<ReadableFile> NewReadableFile(const std::string& path) override {

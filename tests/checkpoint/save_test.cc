@@ -6,8 +6,12 @@
 // checkpoint and every older checkpoint intact.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <set>
 
 #include "ckpt_test_util.h"
@@ -369,30 +373,21 @@ TEST_CASE("checkpoint save: disk full on one rank is an IoError on every rank an
   fs::remove_all(d);
 }
 
-TEST_CASE("checkpoint save: a really full file system (a small tmpfs) fails the save and keeps the previous one") {
-  const CheckpointManifest m = SyntheticManifest();
-  // How much one checkpoint takes, measured on the normal temporary directory.
-  fs::path probe = TempDir("tmpfs_probe");
+// The bytes one synthetic checkpoint (2 ranks) takes on disk, in 4 KiB blocks.
+uint64_t SyntheticCheckpointBytes(const CheckpointManifest& m) {
+  fs::path probe = TempDir("fs_probe");
   WriteSynthetic(m, Layout::kFlat, 2, Options(probe, "t"), 1);
   uint64_t one = 0;
   for (const auto& e : fs::recursive_directory_iterator(probe)) {
     if (e.is_regular_file()) one += (e.file_size() + 4095) / 4096 * 4096;
   }
   fs::remove_all(probe);
-  fs::path d = TempDir("tmpfs");
-  const std::string size = "size=" + std::to_string((one * 3 / 2 + 4095) / 4096 * 4096);
-  if (::mount("tmpfs", d.c_str(), "tmpfs", 0, size.c_str()) != 0) {
-    const int err = errno;
-    fs::remove_all(d);
-    ZR_TEST_SKIP("mounting a tmpfs needs root (" << std::strerror(err) << ")");
-  }
-  struct Unmount {
-    fs::path dir;
-    ~Unmount() {
-      ::umount(dir.c_str());
-      fs::remove_all(dir);
-    }
-  } unmount{d};
+  return one;
+}
+
+// On a file system at `d` with room for one checkpoint and a half: the second save fails on every rank
+// with ENOSPC, publishes nothing, leaves no temporary and the first checkpoint as it was.
+void CheckFullFileSystem(const CheckpointManifest& m, const fs::path& d) {
   WriteSynthetic(m, Layout::kFlat, 2, Options(d, "step1"), 1);
   const auto before = Snapshot(d);
   std::vector<std::string> errors = SaveErrors<IoError>(2, [&](comm::Communicator& comm) {
@@ -408,6 +403,111 @@ TEST_CASE("checkpoint save: a really full file system (a small tmpfs) fails the 
   CHECK_FALSE(HasTemporaries(d));  // the space the failed save took is given back
   CheckSyntheticValues((d / "step1").string(), m, 1);
   CHECK(ReadLatestCheckpointTag(d.string()) == std::optional<std::string>("step1"));
+}
+
+int RunQuiet(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+TEST_CASE("checkpoint env: a file written with O_DIRECT has exactly the bytes appended, whatever their sizes") {
+  // The writer pads its last block to 4 KiB and truncates: every length, across its 2 MiB buffers and
+  // with Appends after a Sync, must read back byte for byte (on ext4 here: O_DIRECT).
+  fs::path d = TempDir("direct_sizes");
+  CheckpointEnv& env = CheckpointEnv::Posix();
+  std::vector<char> pattern(size_t{9} << 20);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<char>((i * 131 + i / 4099) & 0xff);
+  const std::vector<std::vector<size_t>> cases = {
+      {}, {1}, {4095}, {4096}, {4097}, {size_t{2} << 20}, {(size_t{2} << 20) + 1}, {(size_t{9} << 20) - 5},
+      {3, 5000, size_t{2} << 20, 7, 1 << 20}, {size_t{17} << 20 >> 2, 4096 * 3 + 1}};
+  for (size_t k = 0; k < cases.size(); ++k) {
+    for (const bool sync_between : {false, true}) {
+      CAPTURE(k);
+      CAPTURE(sync_between);
+      const std::string path = (d / ("f" + std::to_string(k))).string();
+      std::string expected;
+      {
+        std::unique_ptr<WritableFile> f = env.NewWritableFile(path);
+        size_t at = 0;
+        for (size_t n : cases[k]) {
+          n = std::min(n, pattern.size() - at);
+          f->Append(pattern.data() + at, n);
+          expected.append(pattern.data() + at, n);
+          at += n;
+          if (sync_between) f->Sync();
+        }
+        f->Sync();
+        f->Close();
+      }
+      CHECK(fs::file_size(path) == expected.size());
+      CHECK(env.ReadFileToString(path) == expected);
+    }
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint save: a really full file system (a small tmpfs) fails the save and keeps the previous one") {
+  // Both writers: O_DIRECT (tmpfs takes it since Linux 6.6; before, the writer falls back to buffered
+  // writes) and the buffered one (ZERORUN_CKPT_DIRECT=0).
+  const CheckpointManifest m = SyntheticManifest();
+  const uint64_t one = SyntheticCheckpointBytes(m);
+  for (const bool buffered : {false, true}) {
+    CAPTURE(buffered);
+    fs::path d = TempDir(buffered ? "tmpfs_buffered" : "tmpfs");
+    const std::string size = "size=" + std::to_string((one * 3 / 2 + 4095) / 4096 * 4096);
+    if (::mount("tmpfs", d.c_str(), "tmpfs", 0, size.c_str()) != 0) {
+      const int err = errno;
+      fs::remove_all(d);
+      ZR_TEST_SKIP("mounting a tmpfs needs root (" << std::strerror(err) << ")");
+    }
+    struct Unmount {
+      fs::path dir;
+      bool buffered;
+      ~Unmount() {
+        if (buffered) ::unsetenv("ZERORUN_CKPT_DIRECT");
+        ::umount(dir.c_str());
+        fs::remove_all(dir);
+      }
+    } unmount{d, buffered};
+    if (buffered) ::setenv("ZERORUN_CKPT_DIRECT", "0", 1);  // read at every file's creation
+    CheckFullFileSystem(m, d);
+  }
+}
+
+TEST_CASE("checkpoint save: a really full ext4 (a loop device: O_DIRECT writes) fails the save and keeps the previous one") {
+  const CheckpointManifest m = SyntheticManifest();
+  const uint64_t one = SyntheticCheckpointBytes(m);
+  fs::path base = TempDir("ext4");
+  const fs::path image = base / "fs.img", d = base / "mnt";
+  fs::create_directories(d);
+  struct Cleanup {
+    fs::path base, mnt;
+    bool mounted = false;
+    ~Cleanup() {
+      if (mounted) ::umount2(mnt.c_str(), MNT_DETACH);
+      fs::remove_all(base);
+    }
+  } cleanup{base, d};
+  if (::geteuid() != 0) ZR_TEST_SKIP("mounting a loop device needs root");
+  if (RunQuiet("truncate -s 32M '" + image.string() + "' && mkfs.ext4 -q -F -m 0 -O ^has_journal '" + image.string() + "'") != 0) {
+    ZR_TEST_SKIP("mkfs.ext4 failed (e2fsprogs missing?)");
+  }
+  if (RunQuiet("mount -o loop '" + image.string() + "' '" + d.string() + "'") != 0) {
+    ZR_TEST_SKIP("mount -o loop failed (no loop devices here)");
+  }
+  cleanup.mounted = true;
+  // Leave room for one checkpoint and a half: a filler takes the rest.
+  struct statvfs st {};
+  REQUIRE(::statvfs(d.c_str(), &st) == 0);
+  const uint64_t avail = static_cast<uint64_t>(st.f_bavail) * st.f_frsize, keep = (one * 3 / 2 + 4095) / 4096 * 4096;
+  REQUIRE(avail > keep);
+  const int fd = ::open((d / "filler").c_str(), O_WRONLY | O_CREAT, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::posix_fallocate(fd, 0, static_cast<off_t>(avail - keep)) == 0);
+  ::close(fd);
+  // The writer takes the O_DIRECT path here (ext4 accepts it).
+  const int probe = ::open((d / "probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0600);
+  REQUIRE(probe >= 0);
+  ::close(probe);
+  fs::remove(d / "probe");
+  CheckFullFileSystem(m, d);
 }
 
 TEST_CASE("checkpoint save: a save directory that is a file fails every rank naming it") {

@@ -216,7 +216,9 @@ TEST_CASE("zerorun-ckpt export: memory stays at the read buffer, not the largest
   const uint64_t grew_large = Field(large.out, "peak_rss_bytes") - Field(large.out, "start_rss_bytes");
   MESSAGE("export of a 64 MiB tensor: peak RSS grew by " << grew_small / 1024 << " KiB with a 4 MiB buffer, "
           << grew_large / 1024 << " KiB with a 128 MiB buffer");
-  CHECK(grew_small < largest / 3);        // buffer 4 MiB + one 4 MiB checksum block + the writer's 1 MiB
+  // The 4 MiB buffer + one 4 MiB checksum block + the safetensors writer's 1 MiB + the O_DIRECT file's
+  // 16 MiB of write buffers (runtime/checkpoint_env.cc), and 4 MiB of slack: none of it tensor-sized.
+  CHECK(grew_small < uint64_t{29} << 20);
   CHECK(grew_large > largest * 9 / 10);   // the measurement sees a tensor-sized buffer when there is one
   SafetensorsReader r((d / "a" / "model.safetensors").string());
   Tensor big = r.Read("big");
