@@ -277,6 +277,7 @@ void Engine::Init() {
   }
   InitMonitors();
   InitFlopsProfiler();
+  if (config_.checkpoint.writer && config_.checkpoint.writer->decoupled) ReserveSaveArena();
   if (rank() == 0) {
     ZR_INFO("engine: ZeRO stage {}, {} on {} rank(s), {} parameters in {} group(s), micro batch {} x accumulation {} "
             "x world {} = batch {}", zero_stage(), DTypeName(model_dtype_), world_size(), num_parameters_,

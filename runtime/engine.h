@@ -243,6 +243,13 @@ class Engine {
 
   void Init();
   void InitOrUndo();  // Init(), and on a throw the model left as it was
+  // What SaveCheckpoint writes from this rank: the manifest's tensors, the chunks and where each
+  // chunk's data comes from (engine_checkpoint.cc).
+  struct SavePlan;
+  SavePlan PlanSave(bool exclude_frozen_parameters);
+  // checkpoint.writer.decoupled: allocates and touches the host buffer an asynchronous save copies
+  // into, so that no save pays for fresh memory (engine_checkpoint.cc).
+  void ReserveSaveArena();
   void BuildOptimizer();
   void BuildStrategy(const std::vector<nn::Parameter*>& model_params);
   void LogProgress();

@@ -150,26 +150,30 @@ std::vector<std::string> CheckpointSlotNames(const zero::StateStore& store) {
 
 // ---- save ------------------------------------------------------------------------------------------
 
-// Finishes (collectively) an asynchronous save; the handle is released even when it throws.
-CheckpointWriteResult FinishPendingSave(comm::Communicator& comm, std::shared_ptr<PendingCheckpointWrite>& pending) {
-  std::shared_ptr<PendingCheckpointWrite> p = std::move(pending);
-  return FinishCheckpointWrite(comm, *p);
+namespace {
+
+// What fetch(i) hands out: chunk i is slot `slot` (-1: the param slot) of piece `piece` of id `id`.
+struct ChunkSource {
+  int id;
+  int slot;
+  Piece piece;
+};
+
+// A chunk's room in the save arena (64-byte aligned).
+uint64_t ArenaBytes(int64_t numel, DType dtype) {
+  return (static_cast<uint64_t>(numel) * DTypeSize(dtype) + 63) / 64 * 64;
 }
 
-SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const SaveCheckpointOptions& options) {
-  ScopedMemoryAccount scope(account_.get());
-  ScopedTimer timer(timers_, "save_checkpoint");
-  if (forward_pending_ || micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) != 0) {
-    ZR_THROW(InvalidArgument, "SaveCheckpoint({}): called inside a gradient accumulation window (micro step {} of "
-             "{}): save after the Step() that ends a window", save_dir, micro_steps_,
-             config_.gradient_accumulation_steps());
-  }
-  double waited_s = 0;
-  if (impl_->pending_save) {
-    Stopwatch wait_watch;
-    FinishPendingSave(*comm_, impl_->pending_save);
-    waited_s = wait_watch.ElapsedSeconds();
-  }
+}  // namespace
+
+struct Engine::SavePlan {
+  CheckpointManifest manifest;  // the tensors and the engine's fields; the state is filled in by the save
+  std::vector<CheckpointChunkSpec> chunks;
+  std::vector<ChunkSource> sources;  // chunks[i]'s data
+  uint64_t bytes = 0;                // the chunks' room in the save arena
+};
+
+Engine::SavePlan Engine::PlanSave(bool exclude_frozen_parameters) {
   zero::Strategy& strategy = *impl_->strategy;
   zero::StateStore& store = strategy.state_store();
   const std::vector<std::string> slot_names = CheckpointSlotNames(store);
@@ -204,21 +208,14 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   }
 
   // The manifest: every tensor, in the model's order, with its slots.
-  CheckpointContents contents;
-  CheckpointManifest& m = contents.manifest;
+  SavePlan plan;
+  CheckpointManifest& m = plan.manifest;
   m.zero_stage = zero_stage();
   m.model_dtype = model_dtype_;
   m.optimizer = OptimizerTypeName(impl_->optimizer->type());
-  // What fetch(i) hands out: chunk i is slot `slot` (-1: the param slot) of piece `piece` of id `id`.
-  struct Source {
-    int id;
-    int slot;
-    Piece piece;
-  };
-  std::vector<Source> sources;
   for (nn::Parameter* p : model_.Parameters()) {
     const bool is_trainable = p->requires_grad();
-    if (options.exclude_frozen_parameters && !is_trainable) continue;
+    if (exclude_frozen_parameters && !is_trainable) continue;
     const int id = impl_->param_id.at(p);
     CheckpointTensor t;
     t.name = p->name();
@@ -232,12 +229,54 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
     for (int slot = -1; slot < nslots; ++slot) {
       for (const Piece& pc : pieces[static_cast<size_t>(id)]) {
         if (pc.numel <= 0) continue;
-        contents.chunks.push_back({p->name(), slot < 0 ? kSlotParam : slot_names[static_cast<size_t>(slot)],
-                                   pc.param_offset, pc.numel});
-        sources.push_back({id, slot, pc});
+        plan.chunks.push_back({p->name(), slot < 0 ? kSlotParam : slot_names[static_cast<size_t>(slot)],
+                               pc.param_offset, pc.numel});
+        plan.sources.push_back({id, slot, pc});
+        plan.bytes += ArenaBytes(pc.numel, slot < 0 ? model_dtype_ : DType::kF32);
       }
     }
   }
+  return plan;
+}
+
+void Engine::ReserveSaveArena() {
+  const SavePlan plan = PlanSave(false);  // the most a save writes (frozen parameters included)
+  ScopedMemoryAccount scope(account_.get());
+  impl_->save_arena = Storage::Allocate(std::max<uint64_t>(plan.bytes, 64), Device::CPU(), MemCategory::kOther);
+  std::memset(impl_->save_arena->data(), 0, impl_->save_arena->bytes());  // touched now, not at the first save
+}
+
+
+
+// Finishes (collectively) an asynchronous save; the handle is released even when it throws.
+CheckpointWriteResult FinishPendingSave(comm::Communicator& comm, std::shared_ptr<PendingCheckpointWrite>& pending) {
+  std::shared_ptr<PendingCheckpointWrite> p = std::move(pending);
+  return FinishCheckpointWrite(comm, *p);
+}
+
+SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const SaveCheckpointOptions& options) {
+  ScopedMemoryAccount scope(account_.get());
+  ScopedTimer timer(timers_, "save_checkpoint");
+  if (forward_pending_ || micro_steps_ % std::max<int64_t>(1, config_.gradient_accumulation_steps()) != 0) {
+    ZR_THROW(InvalidArgument, "SaveCheckpoint({}): called inside a gradient accumulation window (micro step {} of "
+             "{}): save after the Step() that ends a window", save_dir, micro_steps_,
+             config_.gradient_accumulation_steps());
+  }
+  double waited_s = 0;
+  if (impl_->pending_save) {
+    Stopwatch wait_watch;
+    FinishPendingSave(*comm_, impl_->pending_save);
+    waited_s = wait_watch.ElapsedSeconds();
+  }
+  zero::Strategy& strategy = *impl_->strategy;
+  zero::StateStore& store = strategy.state_store();
+  SavePlan plan = PlanSave(options.exclude_frozen_parameters);
+  CheckpointContents contents;
+  contents.manifest = std::move(plan.manifest);
+  contents.chunks = plan.chunks;
+  CheckpointManifest& m = contents.manifest;
+  const std::vector<ChunkSource>& sources = plan.sources;
+  const int world = world_size(), me = rank();
   TrainingState state;
   state.global_steps = global_steps_;
   state.global_samples = global_samples_;
@@ -252,24 +291,43 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   m.client_state_json = options.client_state_json.empty() ? "{}" : options.client_state_json;
   m.config_json = EffectiveConfigJson(config_, false);
 
+  // DeepSpeed's checkpoint.writer.decoupled (training goes on while the files are written) is this
+  // asynchronous save for every SaveCheckpoint call.
+  const bool async = options.async || (config_.checkpoint.writer && config_.checkpoint.writer->decoupled);
+  // An asynchronous save copies every chunk into the save arena, one host buffer that it keeps until
+  // its files are written and that the next save reuses once this one is finished (reserved and
+  // touched at construction with checkpoint.writer.decoupled; else allocated, or grown, here).
+  if (async && (!impl_->save_arena || impl_->save_arena->bytes() < plan.bytes)) {
+    impl_->save_arena.reset();
+    impl_->save_arena = Storage::Allocate(std::max<uint64_t>(plan.bytes, 64), Device::CPU(), MemCategory::kOther);
+  }
   // Chunk data: parameter pieces straight from this rank's copy (to the host if it lives elsewhere),
-  // state pieces read out of the store sub-group by sub-group.
+  // state pieces read out of the store sub-group by sub-group; asynchronous: into the arena.
   Tensor buffer;
+  uint64_t arena_at = 0;
   contents.fetch = [&](size_t i) -> Tensor {
-    const Source& s = sources[i];
+    const ChunkSource& s = sources[i];
+    Tensor out;
+    if (async) {
+      const DType dtype = s.slot < 0 ? model_dtype_ : DType::kF32;
+      out = Tensor::FromStorage(impl_->save_arena, arena_at, {s.piece.numel}, dtype);
+      arena_at += ArenaBytes(s.piece.numel, dtype);
+    }
     if (s.slot < 0) {
       zero::Range el;
       Tensor v = strategy.LocalParameter(s.id, &el).View(s.piece.param_offset - el.begin, {s.piece.numel});
-      return v.device().is_cpu() ? v : v.Clone(MemCategory::kOther);
+      if (!async) return v.device().is_cpu() ? v : v.Clone(MemCategory::kOther);
+      out.CopyFrom(v);
+      return out;
     }
-    buffer = Tensor::Empty({s.piece.numel}, DType::kF32, Device::CPU(), MemCategory::kOther);
+    if (!async) out = buffer = Tensor::Empty({s.piece.numel}, DType::kF32, Device::CPU(), MemCategory::kOther);
     zero::ReadState(store, s.slot, s.piece.group, {s.piece.partition_offset, s.piece.partition_offset + s.piece.numel},
-                    buffer.data_as<float>());
-    return buffer;
+                    out.data_as<float>());
+    return out;
   };
-  // State pieces come back as fresh copies (a new buffer each call): an asynchronous save keeps them as
-  // they are. Parameter pieces are views of the engine's own copy (or a device-to-host copy).
-  contents.fetch_is_copy = [&](size_t i) { return sources[i].slot >= 0; };
+  // Asynchronous: every chunk is a copy in the arena, which nothing changes before the save is
+  // finished, so the save keeps it as it is.
+  contents.fetch_is_copy = [&](size_t) { return async; };
 
   CheckpointWriteOptions wo;
   wo.save_dir = save_dir;
@@ -277,9 +335,6 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   wo.save_latest = options.save_latest;
   wo.tag_validation = config_.checkpoint.tag_validation;
   wo.env = options.env;
-  // DeepSpeed's checkpoint.writer.decoupled (training goes on while the files are written) is this
-  // asynchronous save for every SaveCheckpoint call.
-  const bool async = options.async || (config_.checkpoint.writer && config_.checkpoint.writer->decoupled);
   if (async) {
     impl_->pending_save = StartCheckpointWrite(*comm_, wo, contents);
     const std::string tag = options.tag.empty() ? Format("global_step{}", global_steps_) : options.tag;

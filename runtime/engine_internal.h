@@ -65,6 +65,9 @@ struct Engine::Impl {
   // An asynchronous save still being written (SaveCheckpointOptions::async); finished by the next
   // save, load or the destructor.
   std::shared_ptr<PendingCheckpointWrite> pending_save;
+  // What an asynchronous save copies the rank's chunks into (checkpoint.writer.decoupled: reserved and
+  // touched at construction), reused by every save once the previous one is finished.
+  std::shared_ptr<Storage> save_arena;
   double last_boundary_time = 0;           // tokens_per_second between boundaries
   comm::CommStats last_comm_stats;         // bytes per collective between boundaries
   int64_t mem_after_forward = 0;           // memory_breakdown: total bytes at the window's points

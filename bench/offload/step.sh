@@ -81,7 +81,7 @@ for ((r = 0; r < reps; r++)); do
     ms=$(python3 -c "import json,sys; s=json.load(open('$work/$name.$r.out')); print(s['timers_ms']['step'] / $steps)")
     state=$(python3 -c "import json; s=json.load(open('$work/$name.$r.out')); m=s['memory_bytes']; print(sum(m[k]['current'] for k in ('master','optimizer')) or m['pinned']['current'])")
     times[$name]+="$ms "
-    echo "rep $r $name: step $ms ms (state in host memory $state B)"
+    echo "rep $r $name: step $ms ms (master + optimizer, or offloaded: pinned host memory incl. the host gradients, $state B)"
   done
   bytes=$(python3 -c "import json; s=json.load(open('$work/none.0.out')); m=s['memory_bytes']; print(m['master']['current'] + m['optimizer']['current'])")
   mib=$((bytes / 1048576 + 1))

@@ -91,6 +91,65 @@ TEST_CASE("checkpoint engine async save: checkpoint.writer.decoupled makes every
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint engine async save: decoupled reserves the snapshot's memory at construction; every save copies into it") {
+  const fs::path dir = TempDir("engine_arena");
+  ResumeCase c = TwoRanks(dir);
+  const std::string ck = (dir / "ck").string();
+  std::mutex mu;
+  std::vector<std::vector<float>> at_second(2);
+  std::vector<int64_t> reserved(2), after_saves(2), peak(2), shard_bytes(2);
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Config cfg = ResumeConfig(c, 2);
+    cfg.checkpoint.writer = zerorun::runtime::CheckpointWriterConfig{};
+    cfg.checkpoint.writer->decoupled = true;
+    Engine engine(model, cfg, comm);
+    MemoryAccount& m = engine.memory();
+    const int64_t at_construction = m.Current(MemCategory::kOther);
+    TrainSteps(engine, c, comm.rank(), 0, 2);
+    engine.SaveCheckpoint(ck);  // global_step2, into the arena
+    TrainSteps(engine, c, comm.rank(), 2, 2);
+    engine.SaveCheckpoint(ck);  // global_step4: waits for global_step2, then reuses the arena
+    const std::vector<float> snapshot = zrtest::FlatParameters(engine);
+    TrainSteps(engine, c, comm.rank(), 4, 2);  // the parameters change while global_step4 is written
+    REQUIRE(engine.WaitForCheckpoint().has_value());
+    std::lock_guard<std::mutex> lock(mu);
+    const size_t r = static_cast<size_t>(comm.rank());
+    reserved[r] = at_construction;
+    after_saves[r] = m.Current(MemCategory::kOther);
+    peak[r] = m.Peak(MemCategory::kOther);
+    at_second[r] = snapshot;
+    // The shard's tensor data: the file less its 8-byte length and JSON header (safetensors).
+    const std::string shard =
+        ReadBytes(fs::path(ck) / "global_step4" / ("rank0000" + std::to_string(comm.rank()) + ".safetensors"));
+    uint64_t header = 0;
+    for (int i = 0; i < 8; ++i) header |= static_cast<uint64_t>(static_cast<unsigned char>(shard[static_cast<size_t>(i)])) << (8 * i);
+    shard_bytes[r] = static_cast<int64_t>(shard.size() - 8 - header);
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(shard_bytes[r] > 10000);
+    CHECK(reserved[r] >= shard_bytes[r]);  // room for every chunk (each 64-byte aligned)
+    CHECK(reserved[r] <= shard_bytes[r] + 64 * 200);
+    CHECK(after_saves[r] == reserved[r]);  // nothing left over
+    CHECK(peak[r] < reserved[r] * 3 / 2);  // no snapshot-sized allocation on top of it
+  }
+  CHECK(ReadBytes(fs::path(ck) / "latest") == "global_step4");
+  // The second snapshot, taken in the arena the first had used, holds the parameters of step 4.
+  std::vector<std::vector<float>> loaded(2);
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(11);
+    Engine engine(model, ResumeConfig(c, 2), comm);
+    REQUIRE(engine.LoadCheckpoint(ck).loaded);
+    std::lock_guard<std::mutex> lock(mu);
+    loaded[static_cast<size_t>(comm.rank())] = zrtest::FlatParameters(engine);
+  });
+  CHECK(loaded == at_second);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("checkpoint engine async save: disk full in the background write is thrown by the next save on every rank; latest stays on the previous tag") {
   const fs::path dir = TempDir("engine_async_full");
   ResumeCase c = TwoRanks(dir);
