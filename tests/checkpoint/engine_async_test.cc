@@ -24,6 +24,14 @@ void TrainSteps(Engine& engine, const ResumeCase& c, int rank, int from, int n) 
   }
 }
 
+// DeepSpeed's checkpoint.writer.decoupled: every save asynchronous.
+Config DecoupledConfig(const ResumeCase& c) {
+  Config cfg = ResumeConfig(c, 2);
+  cfg.checkpoint.writer = zerorun::runtime::CheckpointWriterConfig{};
+  cfg.checkpoint.writer->decoupled = true;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_SUITE("unit") {
@@ -75,10 +83,7 @@ TEST_CASE("checkpoint engine async save: checkpoint.writer.decoupled makes every
   comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
     gpt::Gpt model(ResumeGpt(c));
     model.Initialize(7);
-    Config cfg = ResumeConfig(c, 2);
-    cfg.checkpoint.writer = zerorun::runtime::CheckpointWriterConfig{};
-    cfg.checkpoint.writer->decoupled = true;
-    Engine engine(model, cfg, comm);
+    Engine engine(model, DecoupledConfig(c), comm);
     TrainSteps(engine, c, comm.rank(), 0, 2);
     engine.SaveCheckpoint(ck);  // no SaveCheckpointOptions::async: the config asks for it
     const bool early = fs::exists(fs::path(ck) / "latest");
@@ -101,10 +106,7 @@ TEST_CASE("checkpoint engine async save: decoupled reserves the snapshot's memor
   comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
     gpt::Gpt model(ResumeGpt(c));
     model.Initialize(7);
-    Config cfg = ResumeConfig(c, 2);
-    cfg.checkpoint.writer = zerorun::runtime::CheckpointWriterConfig{};
-    cfg.checkpoint.writer->decoupled = true;
-    Engine engine(model, cfg, comm);
+    Engine engine(model, DecoupledConfig(c), comm);
     MemoryAccount& m = engine.memory();
     const int64_t at_construction = m.Current(MemCategory::kOther);
     TrainSteps(engine, c, comm.rank(), 0, 2);
