@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
 #include "zerorun/core/error.h"
+#include "zerorun/core/log.h"
 #include "zerorun/offload/file_env.h"
 #include "zerorun/offload/io_engine.h"
 
@@ -89,6 +91,19 @@ class DirectWritableFile final : public WritableFile {
     offload::IoEngineOptions o;
     o.block_size = static_cast<int64_t>(kBufferBytes);  // one request per buffer
     o.queue_depth = static_cast<int>(kBuffers);
+    // io_uring, or (where rings cannot be set up, e.g. a seccomp profile that blocks them) the pread
+    // engine, said once per process rather than for every file.
+    static std::atomic<bool> no_uring{false};
+    if (!no_uring.load()) {
+      try {
+        o.kind = offload::IoEngineKind::kUring;
+        engine_ = offload::CreateIoEngine(o);
+        return;
+      } catch (const IoError& e) {
+        if (!no_uring.exchange(true)) ZR_WARN("checkpoint files: {}; writing them with pwrite instead", e.what());
+      }
+    }
+    o.kind = offload::IoEngineKind::kPread;
     engine_ = offload::CreateIoEngine(o);
   }
   ~DirectWritableFile() override {

@@ -246,8 +246,6 @@ void Engine::ReserveSaveArena() {
   std::memset(impl_->save_arena->data(), 0, impl_->save_arena->bytes());  // touched now, not at the first save
 }
 
-
-
 // Finishes (collectively) an asynchronous save; the handle is released even when it throws.
 CheckpointWriteResult FinishPendingSave(comm::Communicator& comm, std::shared_ptr<PendingCheckpointWrite>& pending) {
   std::shared_ptr<PendingCheckpointWrite> p = std::move(pending);

@@ -1,6 +1,6 @@
 // NVMe offload under a real memory limit, two jobs:
-//  - optimizer offload: a job whose optimizer state (~300 MB: 25M parameters x fp32 master + two Adam
-//    moments) does not fit a 256 MiB cgroup-v1 memory group is killed there without offload, trains
+//  - optimizer offload (stage 2): a job whose optimizer state (~300 MB: 25M parameters x fp32 master +
+//    two Adam moments) does not fit a 256 MiB cgroup-v1 memory group is killed there without offload, trains
 //    there with NVMe offload (2 buffers of one ~1M-element sub-group);
 //  - ZeRO-Infinity: a 49.5M-parameter stage-3 job (~600 MB of optimizer state) with its optimizer state
 //    on NVMe is still killed in that group — 16-bit parameters, gradients and the state's buffers are
