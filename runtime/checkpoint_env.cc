@@ -119,6 +119,7 @@ class DirectWritableFile final : public WritableFile {
   void Append(const void* data, size_t bytes) override {
     CheckOpen();
     const char* p = static_cast<const char*>(data);
+    if (bytes > 0) dirty_ = true;
     while (bytes > 0) {
       Buffer& b = Current();
       const size_t n = std::min(bytes, kBufferBytes - fill_);
@@ -179,6 +180,7 @@ class DirectWritableFile final : public WritableFile {
   // Writes the partial buffer padded to the alignment, waits for every write and cuts the file to the
   // bytes appended.
   void Drain() {
+    if (!dirty_) return;  // nothing appended since the last Drain (a Close after a Sync)
     if (fill_ > 0) {
       Buffer& b = Current();
       const size_t a = static_cast<size_t>(offload::kDirectIoAlignment);
@@ -191,6 +193,7 @@ class DirectWritableFile final : public WritableFile {
     if (::ftruncate(file_.fd(), static_cast<off_t>(offset_ + fill_)) != 0) {
       ThrowErrno(Format("truncate of {} to {} bytes", path_, offset_ + fill_), errno);
     }
+    dirty_ = false;
   }
 
   std::string path_;
@@ -201,6 +204,7 @@ class DirectWritableFile final : public WritableFile {
   bool ready_ = false;    // bufs_[cur_] is allocated and no write from it is in flight
   size_t fill_ = 0;       // bytes in it
   uint64_t offset_ = 0;   // where it goes in the file (a multiple of kBufferBytes)
+  bool dirty_ = true;     // bytes appended since the last Drain (true at first: an empty file is cut to 0)
   bool closed_ = false;
 };
 
