@@ -3,10 +3,11 @@
 # one rank) beside fio on the same directory, interleaved, as ratios. The model: a GPT of
 # 6 layers x d 768 (42.9M parameters, fp32 + AdamW: ~515 MB of weights, exp_avg, exp_avg_sq). fio
 # writes the checkpoint's byte count as one file sequentially with an fsync at the end, the best of
-# four ways (buffered 1 MiB writes as the safetensors writer does, the same with
-# --sync_file_range=write:8 as zerorun's writer does, O_DIRECT 1 MiB writes, O_DIRECT 4 MiB writes two
-# in flight on io_uring), and reads it back in 1 MiB buffered reads; the page cache is dropped before
-# every load and every fio read (root), so both read the disk.
+# four ways (buffered 1 MiB writes, the same with --sync_file_range=write:8 as zerorun's buffered
+# writer does, O_DIRECT 1 MiB writes, O_DIRECT 4 MiB writes two in flight on io_uring; zerorun's own
+# default is O_DIRECT 2 MiB writes eight in flight on io_uring), and reads it back the best of three ways (1 MiB buffered reads, O_DIRECT 1 MiB
+# reads, O_DIRECT 4 MiB reads four in flight on io_uring); the page cache is dropped before every load
+# and every fio read (root), so both read the disk.
 #   bench/ckpt/run.sh [build-dir] [dir on the disk to measure (default /var/tmp)] [rounds (default 3)]
 # Also the time an asynchronous save (checkpoint.writer.decoupled) blocks training, at a process's first
 # save and at its next one, against the synchronous
@@ -83,9 +84,16 @@ for round in $(seq "$rounds"); do
   out=$("$train" --deepspeed_config "$work/ds.json" "${model[@]}" --steps 1 --load_dir "$work/ck" 2>&1)
   line=$(grep -m1 '^resumed from' <<< "$out") || { echo "$out" | tail -5; exit 1; }
   load_s=$(sed -E 's/.*loaded in ([0-9.]+) s.*/\1/' <<< "$line")
-  dropcache
-  fr=$(fio --name=ckpt --directory="$work/fio" --rw=read --bs=1M --size="$total" --ioengine=psync --direct=0 \
-           --output-format=json | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
+  # fio's best of three reads of the file it wrote: buffered 1 MiB reads (from a dropped page cache),
+  # O_DIRECT 1 MiB reads, and O_DIRECT 4 MiB reads four in flight on io_uring.
+  fr=0
+  for extra in "--bs=1M --ioengine=psync --direct=0" "--bs=1M --ioengine=psync --direct=1" \
+               "--bs=4M --ioengine=io_uring --iodepth=4 --direct=1"; do
+    dropcache
+    bw=$(fio --name=ckpt --directory="$work/fio" --rw=read --size="$total" $extra --output-format=json \
+           | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
+    fr=$(python3 -c "print(max($fr, $bw))")
+  done
   echo "$round $bytes $total $save_s $fw $load_s $fr $async_s $async2_s $wait2_s" >> "$results"
   echo "round $round: checkpoint $total bytes (rank 0 wrote $bytes); save $save_s s (async: blocked $async_s s, the next save $async2_s s after $wait2_s s finishing the first), fio write $(python3 -c "print(f'{$fw/1e9:.3f}')") GB/s; load $load_s s, fio read $(python3 -c "print(f'{$fr/1e9:.3f}')") GB/s"
 done
