@@ -301,7 +301,6 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
   }
   // Chunk data: parameter pieces straight from this rank's copy (to the host if it lives elsewhere),
   // state pieces read out of the store sub-group by sub-group; asynchronous: into the arena.
-  Tensor buffer;
   uint64_t arena_at = 0;
   contents.fetch = [&](size_t i) -> Tensor {
     const ChunkSource& s = sources[i];
@@ -318,7 +317,7 @@ SaveCheckpointResult Engine::SaveCheckpoint(const std::string& save_dir, const S
       out.CopyFrom(v);
       return out;
     }
-    if (!async) out = buffer = Tensor::Empty({s.piece.numel}, DType::kF32, Device::CPU(), MemCategory::kOther);
+    if (!async) out = Tensor::Empty({s.piece.numel}, DType::kF32, Device::CPU(), MemCategory::kOther);
     zero::ReadState(store, s.slot, s.piece.group, {s.piece.partition_offset, s.piece.partition_offset + s.piece.numel},
                     out.data_as<float>());
     return out;

@@ -133,12 +133,13 @@ class PartitionOptimizer {
   void* SpanParams(int group, const Span& s, bool writes_all);
   void SpanDone(int group, const Span& s);
   void StatePointers(const SubGroupState& st, const Span& s, int64_t sub_begin, std::vector<float*>* out) const;
+  // Where the segments' gradients live (grads_on_host: the host).
+  Device GradsDevice() const { return opt_.grads_on_host ? Device::CPU() : opt_.device; }
   // Offloaded store: param_copy points at host staging (the gradients are on the host already:
   // grads_on_host); WriteBack copies the results to the device parameters.
   // params_on_host: the span's working parameters are a shard-store unit (host memory): the kernel
   // writes them in place, nothing is staged or copied back.
   void StageIn(kernels::OptimSpan* k, bool params_on_host);
-  Device GradsDevice() const { return opt_.grads_on_host ? Device::CPU() : opt_.device; }
   void WriteBack(const kernels::OptimSpan& k, void* device_params, bool params_on_host) const;
   bool ParamsOnHost(int group, const Span& s) const {
     return groups_[static_cast<size_t>(group)].segments[s.segment].unit >= 0;
