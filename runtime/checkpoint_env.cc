@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string_view>
+#include <utility>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
@@ -208,46 +210,111 @@ class DirectWritableFile final : public WritableFile {
   bool closed_ = false;
 };
 
-// ZERORUN_CKPT_DIRECT=0 writes checkpoints through the page cache (the buffered writer) everywhere.
-bool DirectWritesEnabled() {
+// ZERORUN_CKPT_DIRECT=0: checkpoint files are written and read through the page cache everywhere (the
+// buffered writer; a one-pass load reads buffered).
+bool DirectIoEnabled() {
   const char* v = std::getenv("ZERORUN_CKPT_DIRECT");
   return v == nullptr || std::string_view(v) != "0";
 }
 
+[[noreturn]] void ThrowEndOfFile(const std::string& path, uint64_t offset) {
+  ZR_THROW(CheckpointError, "{}: unexpected end of file at offset {} (truncated or changed while reading?)", path,
+           offset);
+}
+
+// Reads through pread(2). With a second descriptor opened O_DIRECT (`direct_fd` >= 0), reads of at
+// least kDirectReadBytes bypass the page cache: whole aligned blocks are read into a per-thread
+// aligned bounce buffer and the wanted bytes copied out (straight into the destination when it, the
+// offset and the length are all aligned).
 class PosixReadableFile final : public ReadableFile {
  public:
-  PosixReadableFile(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
-  ~PosixReadableFile() override { ::close(fd_); }
+  static constexpr size_t kDirectReadBytes = size_t{1} << 20;
+  static constexpr size_t kBounceBytes = size_t{4} << 20;
+
+  PosixReadableFile(std::string path, int fd, uint64_t size, int direct_fd = -1)
+      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd), size_(size) {}
+  ~PosixReadableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+  }
   uint64_t size() const override { return size_; }
   void ReadAt(uint64_t offset, void* dst, size_t bytes) const override {
-    char* p = static_cast<char*>(dst);
+    if (direct_fd_ >= 0 && bytes >= kDirectReadBytes && ReadDirect(offset, static_cast<char*>(dst), bytes)) return;
+    Pread(fd_, offset, static_cast<char*>(dst), bytes);
+  }
+  const std::string& path() const override { return path_; }
+  int ReleaseFd() { return std::exchange(fd_, -1); }
+
+ private:
+  // Exactly `bytes` at `offset`, or the end-of-file error.
+  void Pread(int fd, uint64_t offset, char* p, size_t bytes) const {
     while (bytes > 0) {
-      ssize_t r = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
+      ssize_t r = ::pread(fd, p, bytes, static_cast<off_t>(offset));
       if (r < 0) {
         if (errno == EINTR) continue;
         ThrowErrno(Format("read of {} at offset {}", path_, offset), errno);
       }
-      if (r == 0) {
-        ZR_THROW(CheckpointError, "{}: unexpected end of file at offset {} (truncated or changed while reading?)",
-                 path_, offset);
-      }
+      if (r == 0) ThrowEndOfFile(path_, offset);
       p += r;
       bytes -= static_cast<size_t>(r);
       offset += static_cast<uint64_t>(r);
     }
   }
-  const std::string& path() const override { return path_; }
 
- private:
+  // False when the file system refuses the O_DIRECT read (EINVAL: the caller reads buffered).
+  bool ReadDirect(uint64_t offset, char* dst, size_t bytes) const {
+    constexpr uint64_t kAlign = static_cast<uint64_t>(offload::kDirectIoAlignment);
+    const auto aligned = [&](uint64_t v) { return v % kAlign == 0; };
+    if (aligned(offset) && aligned(bytes) && aligned(reinterpret_cast<uintptr_t>(dst))) {
+      const ssize_t r = ::pread(direct_fd_, dst, bytes, static_cast<off_t>(offset));
+      if (r == static_cast<ssize_t>(bytes)) return true;
+      if (r < 0 && errno == EINVAL) return false;
+      // Short (the end of the file) or interrupted: the general path below reads it again.
+    }
+    struct Free {
+      void operator()(char* p) const { std::free(p); }
+    };
+    thread_local std::unique_ptr<char, Free> bounce;
+    if (!bounce) {
+      bounce.reset(static_cast<char*>(std::aligned_alloc(kAlign, kBounceBytes + kAlign)));
+      if (!bounce) ZR_THROW(IoError, "read of {}: cannot allocate a {}-byte aligned buffer", path_, kBounceBytes);
+    }
+    while (bytes > 0) {
+      const uint64_t begin = offset - offset % kAlign;
+      const size_t n = std::min(bytes, static_cast<size_t>(kBounceBytes - (offset - begin)));
+      const uint64_t want_end = offset + n;
+      const uint64_t end = (want_end + kAlign - 1) / kAlign * kAlign;
+      size_t got = 0;
+      while (begin + got < want_end) {
+        const ssize_t r = ::pread(direct_fd_, bounce.get() + got, static_cast<size_t>(end - begin - got),
+                                  static_cast<off_t>(begin + got));
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EINVAL && got == 0) return false;
+          ThrowErrno(Format("read of {} at offset {}", path_, begin + got), errno);
+        }
+        if (r == 0) ThrowEndOfFile(path_, begin + got);
+        got += static_cast<size_t>(r);
+        if (got % kAlign != 0 && begin + got < want_end) ThrowEndOfFile(path_, begin + got);
+      }
+      std::memcpy(dst, bounce.get() + (offset - begin), n);
+      dst += n;
+      bytes -= n;
+      offset += n;
+    }
+    return true;
+  }
+
   std::string path_;
   int fd_;
+  int direct_fd_;
   uint64_t size_;
 };
 
 class PosixEnv final : public CheckpointEnv {
  public:
   std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
-    const bool direct = DirectWritesEnabled();
+    const bool direct = DirectIoEnabled();
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
     if (fd < 0 && direct && errno == EINVAL) {
       // The file system refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE file systems): buffered
@@ -281,6 +348,20 @@ class PosixEnv final : public CheckpointEnv {
       ZR_THROW(CheckpointError, "{}: not a regular file", path);
     }
     return std::make_unique<PosixReadableFile>(path, fd, static_cast<uint64_t>(st.st_size));
+  }
+
+  std::unique_ptr<ReadableFile> NewDirectReadableFile(const std::string& path) override {
+    std::unique_ptr<ReadableFile> file = NewReadableFile(path);
+    if (!DirectIoEnabled()) return file;
+    const int direct_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (direct_fd < 0) {
+      if (errno == EINVAL) return file;  // the file system refuses O_DIRECT: buffered reads
+      ThrowErrno(Format("cannot open {}", path), errno);
+    }
+    const uint64_t size = file->size();
+    auto& posix = static_cast<PosixReadableFile&>(*file);
+    // The buffered descriptor is handed over with the direct one.
+    return std::make_unique<PosixReadableFile>(path, posix.ReleaseFd(), size, direct_fd);
   }
 
   FileStat Stat(const std::string& path) override {

@@ -60,6 +60,11 @@ class CheckpointEnv {
   virtual std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) = 0;
   // CheckpointError when the file is missing or is not a regular file (naming it); IoError otherwise.
   virtual std::unique_ptr<ReadableFile> NewReadableFile(const std::string& path) = 0;
+  // The same file for reads that bypass the page cache where the file system allows: the POSIX
+  // implementation reads calls of at least 1 MiB with O_DIRECT (through an aligned buffer per
+  // thread), smaller ones buffered, and falls back to buffered reads where O_DIRECT is refused or
+  // ZERORUN_CKPT_DIRECT=0 is set. By default, NewReadableFile.
+  virtual std::unique_ptr<ReadableFile> NewDirectReadableFile(const std::string& path) { return NewReadableFile(path); }
 
   // stat(2), following links: a missing path is kMissing, never an error.
   virtual FileStat Stat(const std::string& path) = 0;

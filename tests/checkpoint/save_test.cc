@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <set>
 
 #include "ckpt_test_util.h"
@@ -438,6 +441,73 @@ TEST_CASE("checkpoint env: a file written with O_DIRECT has exactly the bytes ap
       }
       CHECK(fs::file_size(path) == expected.size());
       CHECK(env.ReadFileToString(path) == expected);
+    }
+  }
+  fs::remove_all(d);
+}
+
+// Whether this process has `path` open with O_DIRECT (its descriptors' flags in /proc/self/fdinfo).
+bool OpenWithODirect(const std::string& path) {
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(e.path(), ec) != fs::path(path)) continue;
+    std::ifstream info("/proc/self/fdinfo/" + e.path().filename().string());
+    std::string key;
+    while (info >> key) {
+      if (key != "flags:") continue;
+      std::string octal;
+      info >> octal;
+      if (std::stoul(octal, nullptr, 8) & O_DIRECT) return true;
+    }
+  }
+  return false;
+}
+
+TEST_CASE("checkpoint env: direct reads return exactly the buffered bytes at any offset, length and destination") {
+  // 1 MiB and longer reads bypass the page cache through an aligned 4 MiB buffer (or straight into an
+  // aligned destination); the file's length is not a multiple of 4 KiB, so reads end mid-block.
+  fs::path d = TempDir("direct_reads");
+  const std::string path = (d / "f").string();
+  std::string content(size_t{11} << 20, '\0');
+  content.resize(content.size() - 1234);
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>((i * 167 + i / 4093) & 0xff);
+  WriteBytes(path, content);
+  for (const bool direct_off : {false, true}) {
+    CAPTURE(direct_off);
+    if (direct_off) ::setenv("ZERORUN_CKPT_DIRECT", "0", 1);
+    std::unique_ptr<ReadableFile> f = CheckpointEnv::Posix().NewDirectReadableFile(path);
+    if (direct_off) ::unsetenv("ZERORUN_CKPT_DIRECT");
+    const int probe = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+    if (probe >= 0) ::close(probe);
+    // Where the file system takes O_DIRECT, the direct file holds such a descriptor (and only then).
+    CHECK(OpenWithODirect(path) == (probe >= 0 && !direct_off));
+    REQUIRE(f->size() == content.size());
+    const uint64_t n = content.size();
+    const std::vector<std::pair<uint64_t, uint64_t>> reads = {
+        {0, 1 << 20},                   // aligned everything (into an aligned destination below)
+        {4096, (uint64_t{4} << 20)},    // aligned, the bounce buffer's size
+        {1, (1 << 20) + 3},             // unaligned both ends
+        {4095, (uint64_t{9} << 20)},    // across three bounce buffers
+        {n - (3 << 20) - 17, (3 << 20) + 17},  // to the end of the file exactly
+        {12345, 100},                   // small: buffered
+        {0, n}};                        // the whole file
+    for (const auto& [off, len] : reads) {
+      for (const size_t skew : {size_t{0}, size_t{1}}) {
+        CAPTURE(off);
+        CAPTURE(len);
+        CAPTURE(skew);
+        std::unique_ptr<char, void (*)(void*)> buf(static_cast<char*>(std::aligned_alloc(4096, len + 4096)), std::free);
+        f->ReadAt(off, buf.get() + skew, static_cast<size_t>(len));
+        CHECK(std::memcmp(buf.get() + skew, content.data() + off, static_cast<size_t>(len)) == 0);
+      }
+    }
+    std::vector<char> past(size_t{2} << 20);
+    try {
+      f->ReadAt(n - (1 << 20), past.data(), past.size());
+      FAIL("a read past the end of the file returned");
+    } catch (const CheckpointError& e) {
+      CHECK(Contains(e.what(), "unexpected end of file"));
+      CHECK(Contains(e.what(), path));
     }
   }
   fs::remove_all(d);
