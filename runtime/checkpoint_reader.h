@@ -92,7 +92,8 @@ class CheckpointReader {
   // bytes are used (CheckpointError naming the file, rank, tensor, slot and block on a mismatch;
   // the destination may then be partly written). A call that reads at least kParallelBytes spreads
   // its blocks over up to kReadThreads threads of its own (reads in flight together, hashing beside
-  // them); the error reported is then the first in request order. Not thread-safe itself.
+  // them; at most one per CPU unless set_direct_reads); the error reported is then the first in
+  // request order. Not thread-safe itself.
   //
   // `verified` true skips the hashing: for requests whose blocks Verify already checked through this
   // reader (its shard files stay open, so the same bytes are read again — from the page cache when
@@ -102,6 +103,10 @@ class CheckpointReader {
   // may be null; one block-sized buffer is reused): a load can check everything it will apply before
   // it changes anything, without holding the whole checkpoint in memory.
   void Verify(const std::vector<CheckpointReadRequest>& requests);
+  // Every check of Read that needs no tensor bytes, reading none: each request names a saved tensor
+  // and slot of a convertible dtype, and the shards it needs open with valid headers (a one-pass
+  // load refuses a foreign or incomplete checkpoint with it before anything changes).
+  void Check(const std::vector<CheckpointReadRequest>& requests);
   // The whole slot as a new CPU tensor of the tensor's global shape, in `dtype` (default: as stored).
   Tensor ReadTensor(std::string_view tensor, std::string_view slot, std::optional<DType> dtype = std::nullopt);
 
@@ -109,6 +114,9 @@ class CheckpointReader {
   // Calls reading fewer bytes than this run on the calling thread alone (default kParallelBytes; tests
   // set 0 to spread small reads, or UINT64_MAX for one thread).
   void set_parallel_bytes(uint64_t bytes) { parallel_bytes_ = bytes; }
+  // Shards opened after this read their large calls past the page cache
+  // (CheckpointEnv::NewDirectReadableFile): for a load that reads every byte once.
+  void set_direct_reads(bool direct) { direct_reads_ = direct; }
 
  private:
   friend CheckpointVerifyReport VerifyCheckpoint(const std::string& dir, CheckpointEnv* env);
@@ -126,7 +134,7 @@ class CheckpointReader {
   void ReadBlocks(int rank, size_t chunk, DType stored, uint64_t block_begin, uint64_t block_end, uint64_t want_lo,
                   uint64_t want_hi, char* out, DType out_dtype, bool hash, std::vector<char>& staging,
                   CheckpointReadStats& stats) const;
-  enum class Mode { kRead, kReadVerified, kVerify };
+  enum class Mode { kRead, kReadVerified, kVerify, kCheck };
   void Run(const std::vector<CheckpointReadRequest>& requests, Mode mode);
 
   std::string dir_;
@@ -141,6 +149,7 @@ class CheckpointReader {
   std::vector<char> staging_;  // one checksum block (the calling thread's)
   CheckpointReadStats stats_;
   uint64_t parallel_bytes_ = kParallelBytes;
+  bool direct_reads_ = false;
 };
 
 // The result of VerifyCheckpoint: every problem found (empty = the checkpoint is intact).

@@ -58,7 +58,8 @@ struct Apply {
 // into them: sub-group by sub-group, acquired for kReadWrite (a partial load keeps the rest), all the
 // sub-group's pieces in one verified read. The caller flushes the store.
 void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
-                     const std::vector<CheckpointReadRequest>& requests, const std::vector<Apply>& applies) {
+                     const std::vector<CheckpointReadRequest>& requests, const std::vector<Apply>& applies,
+                     bool verified) {
   const zero::StateStoreLayout& l = store.layout();
   for (int i = 0; i < l.num_sub_groups(); ++i) {
     const zero::StateSubGroup& sg = l.sub_groups[static_cast<size_t>(i)];
@@ -95,7 +96,7 @@ void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
       parts[k].dst = st.slots[static_cast<size_t>(at[k].first)] + at[k].second;
       parts[k].dst_dtype = DType::kF32;
     }
-    reader.Read(parts, /*verified=*/true);
+    reader.Read(parts, verified);
     guard.armed = false;
     store.Release(i);
   }
@@ -106,7 +107,7 @@ void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
 // spreads a large call over threads). Returns which requests it read.
 std::vector<char> ReadParametersDirect(CheckpointReader& reader, zero::Strategy& strategy,
                                        const std::vector<CheckpointReadRequest>& requests,
-                                       const std::vector<Apply>& applies) {
+                                       const std::vector<Apply>& applies, bool verified) {
   std::vector<char> done(requests.size(), 0);
   std::vector<CheckpointReadRequest> direct;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -119,7 +120,7 @@ std::vector<char> ReadParametersDirect(CheckpointReader& reader, zero::Strategy&
     direct.back().dst = t.data();
     done[i] = 1;
   }
-  if (!direct.empty()) reader.Read(direct, /*verified=*/true);
+  if (!direct.empty()) reader.Read(direct, verified);
   return done;
 }
 
@@ -373,7 +374,7 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   // Phase 1, local: find, open and check everything, and read and verify (checksums) every byte this
   // rank will apply, through one reused block buffer: nothing is staged, so a load needs no memory
   // the size of the checkpoint (fresh memory costs its page faults: on this project's VMs they were
-  // most of a load's time).
+  // most of a load's time). A one-pass load checks all but the checksums here.
   std::optional<std::string> dir;
   std::unique_ptr<CheckpointReader> reader;
   TrainingState saved;
@@ -387,6 +388,7 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
     if (!absent) dir = ResolveCheckpointDir(load_dir, options.tag, options.env);
     if (dir) {
       reader = std::make_unique<CheckpointReader>(*dir, options.env);
+      reader->set_direct_reads(!options.verify_before_apply);  // one pass: nothing to re-read from the cache
       const CheckpointManifest& m = reader->manifest();
       std::vector<CheckpointModelTensor> model_tensors;
       for (nn::Parameter* p : model_.Parameters()) model_tensors.push_back({p->name(), p->shape()});
@@ -436,7 +438,11 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
           }
         }
       }
-      reader->Verify(requests);
+      if (options.verify_before_apply) {
+        reader->Verify(requests);
+      } else {
+        reader->Check(requests);
+      }
       if (!module_only) {
         // Fit checks of the step state that need no change yet.
         if (saved.loss_scaler) {
@@ -474,7 +480,9 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   }
 
   // Phase 2: apply. Everything was checked above; the bytes verified there are read again through the
-  // same open files (from the page cache when they fit) in chunks of one reused buffer.
+  // same open files (from the page cache when they fit) in chunks of one reused buffer. A one-pass
+  // load (verify_before_apply false) reads them here for the first time, checking each block as it
+  // lands.
   if (!module_only) {
     // The two that may still refuse (another data set or seed, another module tree) go first, while
     // nothing of the engine has changed; they refuse alike on every rank.
@@ -495,9 +503,10 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
     // State held in host memory is read straight into the store's buffers, a sub-group at a time and
     // all of a sub-group's pieces in one call (the reader spreads a large call over threads).
     const bool direct_state = store.device().is_cpu();
-    if (direct_state) ReadStateDirect(*reader, store, requests, applies);
+    const bool verified = options.verify_before_apply;
+    if (direct_state) ReadStateDirect(*reader, store, requests, applies, verified);
     // So are parameters whose local copy is in host memory: all of them in one call, into the copy.
-    const std::vector<char> direct_param = ReadParametersDirect(*reader, strategy, requests, applies);
+    const std::vector<char> direct_param = ReadParametersDirect(*reader, strategy, requests, applies, verified);
     constexpr int64_t kChunkBytes = int64_t{8} << 20;
     Tensor buffer;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -514,7 +523,7 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
         part.offset += off;
         part.numel = n;
         part.dst = buffer.data();
-        reader->Read({part}, /*verified=*/true);
+        reader->Read({part}, verified);
         if (ap.slot < 0) {
           strategy.WriteLocalParameter(ap.id, off, buffer.View(0, {n}));
         } else {
@@ -530,10 +539,12 @@ LoadCheckpointResult Engine::LoadCheckpoint(const std::string& load_dir, const L
   const std::vector<std::string> apply_errors = AgreeOnErrors(*comm_, error);
   for (const std::string& e : apply_errors) {
     if (!e.empty()) {
-      ThrowAgreed(apply_errors, Format("{}: applying it failed after it was verified (a read of the checkpoint or a "
-                                       "write into the state store); this engine's weights and optimizer state are "
-                                       "now PARTLY loaded: load a checkpoint again before training",
-                                       what));
+      ThrowAgreed(apply_errors,
+                  Format("{}: applying it failed {} (a read of the checkpoint{} or a write into the state store); "
+                         "this engine's weights and optimizer state are now PARTLY loaded: load a checkpoint again "
+                         "before training",
+                         what, options.verify_before_apply ? "after it was verified" : "in the one-pass load",
+                         options.verify_before_apply ? "" : ", a checksum mismatch"));
     }
   }
   strategy.ParametersChanged();  // collective (stage 3 re-gathers its persistent parameters)

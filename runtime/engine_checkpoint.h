@@ -51,6 +51,13 @@ struct LoadCheckpointOptions {
   bool load_module_strict = true;
   // The data sampler whose cursor is restored (nullptr: none). Refused when the checkpoint has none.
   data::DistributedSampler* sampler = nullptr;
+  // true: every byte this rank applies is read and its checksum checked before anything changes, so a
+  // damaged checkpoint leaves the engine as it was; the bytes are then read again (from the page cache
+  // where they fit). false (one pass): names, shapes, ranks and shard headers are still checked first,
+  // then each block is read once (bypassing the page cache where the file system allows), checked and
+  // applied; a checksum mismatch then leaves the engine PARTLY loaded (CheckpointError on every rank
+  // says so: load a checkpoint again before training).
+  bool verify_before_apply = true;
   CheckpointEnv* env = nullptr;
 };
 

@@ -328,10 +328,10 @@ bool AsU64(const rapidjson::Value& v, uint64_t* out) {
 
 }  // namespace
 
-SafetensorsReader::SafetensorsReader(std::string path, CheckpointEnv* env) : path_(std::move(path)) {
+SafetensorsReader::SafetensorsReader(std::string path, CheckpointEnv* env, bool direct) : path_(std::move(path)) {
   CheckpointEnv& fs = env ? *env : CheckpointEnv::Posix();
   try {
-    file_ = fs.NewReadableFile(path_);
+    file_ = direct ? fs.NewDirectReadableFile(path_) : fs.NewReadableFile(path_);
   } catch (const CheckpointError& e) {
     ZR_THROW(CheckpointError, "cannot open safetensors file: {}", e.what());
   }

@@ -130,8 +130,9 @@ void WriteSafetensors(const std::string& path, const std::vector<std::pair<std::
 // in data order. Reads are positional, so a const reader may be used from several threads.
 class SafetensorsReader {
  public:
-  // `env` (nullptr: CheckpointEnv::Posix()) must outlive the reader.
-  explicit SafetensorsReader(std::string path, CheckpointEnv* env = nullptr);
+  // `env` (nullptr: CheckpointEnv::Posix()) must outlive the reader. `direct`: the file is opened
+  // with CheckpointEnv::NewDirectReadableFile (large reads bypass the page cache).
+  explicit SafetensorsReader(std::string path, CheckpointEnv* env = nullptr, bool direct = false);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;

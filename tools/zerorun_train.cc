@@ -76,6 +76,10 @@ Trains a GPT-2 style model with a DeepSpeed JSON config. Alone it runs one proce
                            --steps 20 runs 10 more. A launcher restart (--max_restarts) with
                            --load_dir = --save_dir resumes from the newest checkpoint
   --load_tag TAG           load this tag instead of latest
+  --load_one_pass          read the checkpoint once, checking each block's checksum as it is applied
+                           (past the page cache where the file system allows); a damaged checkpoint
+                           then leaves the run PARTLY loaded, where by default every byte is checked
+                           before anything changes (LoadCheckpointOptions::verify_before_apply)
   --spike_threshold Z      loss-spike rollback: a step whose loss or global gradient norm is more than Z
                            standard deviations above the mean of the last --spike_window accepted steps
                            (or is not finite) is undone: the run goes back to the last checkpoint
@@ -132,6 +136,7 @@ struct Args {
   std::string device;  // "", "cpu" or "cuda"
   bool allow_unknown = false;
   bool checkpoint_activations = false;
+  bool load_one_pass = false;
   std::string trace;
   int64_t trace_steps = 0;
 };
@@ -187,6 +192,8 @@ Args ParseArgs(int argc, char** argv) {
       a.allow_unknown = true;
     } else if (arg == "--checkpoint_activations") {
       a.checkpoint_activations = true;
+    } else if (arg == "--load_one_pass") {
+      a.load_one_pass = true;
     } else if (arg == "--local_rank") {
       ParseInt(arg, take(), 0);
     } else if (arg == "--profile_window") {
@@ -453,6 +460,7 @@ int Run(const Args& args) {
     zr::runtime::LoadCheckpointOptions lo;
     lo.tag = args.load_tag;
     lo.sampler = &sampler;
+    lo.verify_before_apply = !args.load_one_pass;
     zr::Stopwatch load_watch;
     zr::runtime::LoadCheckpointResult r = engine.LoadCheckpoint(args.load_dir, lo);
     const double load_s = load_watch.ElapsedSeconds();

@@ -253,7 +253,8 @@ TEST_CASE("checkpoint engine: tag_validation Fail across ranks; saving inside an
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint engine: a flipped byte in one rank's shard fails the load on every rank; the engine is unchanged") {
+TEST_CASE("checkpoint engine: a flipped byte in one rank's shard fails the load on every rank; the engine is unchanged "
+          "(the one-pass load: PARTLY loaded, said on every rank)") {
   const fs::path dir = TempDir("engine_api_flip");
   ResumeCase c;
   c.world = 2;
@@ -266,28 +267,35 @@ TEST_CASE("checkpoint engine: a flipped byte in one rank's shard fails the load 
   std::string bytes = ReadBytes(shard);
   bytes[bytes.size() - 10] ^= 0x10;
   WriteBytes(shard, bytes);
-  std::atomic<int> failed{0};
-  std::mutex mu;
-  std::vector<std::string> messages;
-  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
-    gpt::Gpt model(ResumeGpt(c));
-    model.Initialize(7);
-    Engine engine(model, ResumeConfig(c, 2), comm);
-    const std::vector<float> before = zrtest::FlatParameters(engine);
-    try {
-      engine.LoadCheckpoint((dir / "ck").string());
-    } catch (const CheckpointError& e) {
-      ++failed;
-      std::lock_guard<std::mutex> lock(mu);
-      messages.push_back(e.what());
+  for (const bool verify_first : {true, false}) {
+    INFO("verify_before_apply " << verify_first);
+    std::atomic<int> failed{0};
+    std::mutex mu;
+    std::vector<std::string> messages;
+    comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+      gpt::Gpt model(ResumeGpt(c));
+      model.Initialize(7);
+      Engine engine(model, ResumeConfig(c, 2), comm);
+      const std::vector<float> before = zrtest::FlatParameters(engine);
+      LoadCheckpointOptions lo;
+      lo.verify_before_apply = verify_first;
+      try {
+        engine.LoadCheckpoint((dir / "ck").string(), lo);
+      } catch (const CheckpointError& e) {
+        ++failed;
+        std::lock_guard<std::mutex> lock(mu);
+        messages.push_back(e.what());
+      }
+      // The step state is restored only after every byte was applied.
+      CHECK(engine.global_steps() == 0);
+      if (verify_first) CHECK(zrtest::FlatParameters(engine) == before);
+    });
+    CHECK(failed == 2);
+    for (const std::string& m : messages) {
+      CHECK(m.find("rank00001.safetensors") != std::string::npos);
+      CHECK(m.find("checksum mismatch") != std::string::npos);
+      CHECK((m.find("PARTLY loaded") != std::string::npos) == !verify_first);
     }
-    CHECK(engine.global_steps() == 0);
-    CHECK(zrtest::FlatParameters(engine) == before);
-  });
-  CHECK(failed == 2);
-  for (const std::string& m : messages) {
-    CHECK(m.find("rank00001.safetensors") != std::string::npos);
-    CHECK(m.find("checksum mismatch") != std::string::npos);
   }
   fs::remove_all(dir);
 }

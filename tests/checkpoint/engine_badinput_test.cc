@@ -17,7 +17,7 @@ using namespace enginetest;
 
 // Every rank's error of LoadCheckpoint(load_dir) ("(loaded)" when it loaded; a failed load is
 // checked to leave the engine unchanged).
-std::vector<std::string> LoadErrors(const ResumeCase& c, const std::string& load_dir) {
+std::vector<std::string> LoadErrors(const ResumeCase& c, const std::string& load_dir, bool verify_first = true) {
   std::vector<std::string> errors(2);
   std::mutex mu;
   comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
@@ -26,8 +26,10 @@ std::vector<std::string> LoadErrors(const ResumeCase& c, const std::string& load
     Engine engine(model, ResumeConfig(c, 2), comm);
     const std::vector<float> before = zrtest::FlatParameters(engine);
     std::string e;
+    LoadCheckpointOptions lo;
+    lo.verify_before_apply = verify_first;
     try {
-      engine.LoadCheckpoint(load_dir);
+      engine.LoadCheckpoint(load_dir, lo);
       e = "(loaded)";
     } catch (const CheckpointError& x) {
       e = x.what();
@@ -49,6 +51,15 @@ void CheckBoth(const std::vector<std::string>& errors, const std::vector<std::st
   }
 }
 
+// Both loads refuse it on both ranks, changing nothing: the one-pass load finds these before it reads
+// any tensor too.
+void CheckBothLoads(const ResumeCase& c, const fs::path& load_dir, const std::vector<std::string>& parts) {
+  for (const bool verify_first : {true, false}) {
+    INFO("verify_before_apply " << verify_first);
+    CheckBoth(LoadErrors(c, load_dir.string(), verify_first), parts);
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("unit") {
@@ -66,17 +77,17 @@ TEST_CASE("checkpoint engine bad input: truncated shard, missing rank files, dir
     const fs::path t = copy("truncated");
     const fs::path shard = t / "rank00001.safetensors";
     fs::resize_file(shard, fs::file_size(shard) - 3);
-    CheckBoth(LoadErrors(c, (dir / "truncated").string()), {"rank00001.safetensors (rank 1)", "truncated shard"});
+    CheckBothLoads(c, dir / "truncated", {"rank00001.safetensors (rank 1)", "truncated shard"});
   }
   {
     const fs::path t = copy("missing");
     fs::remove(t / "rank00001.safetensors");
     fs::remove(t / "rank00001.json");
-    CheckBoth(LoadErrors(c, (dir / "missing").string()), {"is incomplete", "the files of rank 1 are missing"});
+    CheckBothLoads(c, dir / "missing", {"is incomplete", "the files of rank 1 are missing"});
   }
   {
     WriteBytes(dir / "afile", "not a directory");
-    CheckBoth(LoadErrors(c, (dir / "afile").string()), {"afile", "is a file"});
+    CheckBothLoads(c, dir / "afile", {"afile", "is a file"});
     // Saving into it: IoError on every rank.
     std::atomic<int> io{0};
     comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
@@ -95,8 +106,8 @@ TEST_CASE("checkpoint engine bad input: truncated shard, missing rank files, dir
     fs::create_directories(dir / "ds" / "global_step10");
     WriteBytes(dir / "ds" / "latest", "global_step10");
     WriteBytes(dir / "ds" / "global_step10" / "mp_rank_00_model_states.pt", std::string("PK\x03\x04", 4) + "zip");
-    CheckBoth(LoadErrors(c, (dir / "ds").string()),
-              {"DeepSpeed/PyTorch checkpoint", "zerorun does not read torch pickles", "load_module_only"});
+    CheckBothLoads(c, dir / "ds",
+                   {"DeepSpeed/PyTorch checkpoint", "zerorun does not read torch pickles", "load_module_only"});
   }
   fs::remove_all(dir);
 }

@@ -75,7 +75,8 @@ TEST_CASE("checkpoint engine: 20 steps = 10 + save + a new engine loading + 10, 
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint engine: one rank and three ranks resume bitwise too") {
+TEST_CASE("checkpoint engine: one rank and three ranks resume bitwise too, and so does the one-pass load") {
+  // On disk (O_DIRECT where the file system takes it: the one-pass load's reads bypass the page cache).
   const fs::path dir = TempDir("engine_resume_worlds");
   const fs::path data = WriteTextCorpus(dir);
   for (int world : {1, 3}) {
@@ -88,14 +89,21 @@ TEST_CASE("checkpoint engine: one rank and three ranks resume bitwise too") {
     INFO("world " << world);
     Segment straight = RunSegment(c, 0, 12, "", (d / "straight").string());
     RunSegment(c, 0, 6, "", (d / "resumed").string());
+    // The one-pass load first (it saves elsewhere), then the default one from the same global_step6.
+    LoadCheckpointOptions one_pass;
+    one_pass.verify_before_apply = false;
+    Segment onepass = RunSegment(c, 6, 12, (d / "resumed").string(), (d / "onepass").string(), 0, one_pass);
     Segment second = RunSegment(c, 6, 12, (d / "resumed").string(), (d / "resumed").string());
+    CHECK(onepass.loaded_steps == 6);
     for (int r = 0; r < world; ++r) {
       const auto& all = straight.loss_bits[static_cast<size_t>(r)];
       std::vector<uint32_t> tail(all.end() - static_cast<ptrdiff_t>(second.loss_bits[static_cast<size_t>(r)].size()),
                                  all.end());
       CHECK(tail == second.loss_bits[static_cast<size_t>(r)]);
+      CHECK(tail == onepass.loss_bits[static_cast<size_t>(r)]);
     }
     CheckSameCheckpoint(d / "straight" / "global_step12", d / "resumed" / "global_step12");
+    CheckSameCheckpoint(d / "straight" / "global_step12", d / "onepass" / "global_step12");
   }
   fs::remove_all(dir);
 }
