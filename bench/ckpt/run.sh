@@ -7,7 +7,8 @@
 # writer does, O_DIRECT 1 MiB writes, O_DIRECT 4 MiB writes two in flight on io_uring; zerorun's own
 # default is O_DIRECT 2 MiB writes eight in flight on io_uring), and reads it back the best of three ways (1 MiB buffered reads, O_DIRECT 1 MiB
 # reads, O_DIRECT 4 MiB reads four in flight on io_uring); the page cache is dropped before every load
-# and every fio read (root), so both read the disk.
+# and every fio read (root), so both read the disk. Two loads: the default (verify every byte, then apply)
+# and the one-pass load (--load_one_pass).
 #   bench/ckpt/run.sh [build-dir] [dir on the disk to measure (default /var/tmp)] [rounds (default 3)]
 # Also the time an asynchronous save (checkpoint.writer.decoupled) blocks training, at a process's first
 # save and at its next one, against the synchronous
@@ -84,6 +85,12 @@ for round in $(seq "$rounds"); do
   out=$("$train" --deepspeed_config "$work/ds.json" "${model[@]}" --steps 1 --load_dir "$work/ck" 2>&1)
   line=$(grep -m1 '^resumed from' <<< "$out") || { echo "$out" | tail -5; exit 1; }
   load_s=$(sed -E 's/.*loaded in ([0-9.]+) s.*/\1/' <<< "$line")
+  # The one-pass load (--load_one_pass: each block read once, past the page cache, checked as it is
+  # applied; a damaged checkpoint leaves the run partly loaded).
+  dropcache
+  out=$("$train" --deepspeed_config "$work/ds.json" "${model[@]}" --steps 1 --load_dir "$work/ck" --load_one_pass 2>&1)
+  line=$(grep -m1 '^resumed from' <<< "$out") || { echo "$out" | tail -5; exit 1; }
+  load1_s=$(sed -E 's/.*loaded in ([0-9.]+) s.*/\1/' <<< "$line")
   # fio's best of three reads of the file it wrote: buffered 1 MiB reads (from a dropped page cache),
   # O_DIRECT 1 MiB reads, and O_DIRECT 4 MiB reads four in flight on io_uring.
   fr=0
@@ -94,8 +101,8 @@ for round in $(seq "$rounds"); do
            | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(j["io_bytes"]/ (j["runtime"]/1e3))')
     fr=$(python3 -c "print(max($fr, $bw))")
   done
-  echo "$round $bytes $total $save_s $fw $load_s $fr $async_s $async2_s $wait2_s" >> "$results"
-  echo "round $round: checkpoint $total bytes (rank 0 wrote $bytes); save $save_s s (async: blocked $async_s s, the next save $async2_s s after $wait2_s s finishing the first), fio write $(python3 -c "print(f'{$fw/1e9:.3f}')") GB/s; load $load_s s, fio read $(python3 -c "print(f'{$fr/1e9:.3f}')") GB/s"
+  echo "$round $bytes $total $save_s $fw $load_s $fr $async_s $async2_s $wait2_s $load1_s" >> "$results"
+  echo "round $round: checkpoint $total bytes (rank 0 wrote $bytes); save $save_s s (async: blocked $async_s s, the next save $async2_s s after $wait2_s s finishing the first), fio write $(python3 -c "print(f'{$fw/1e9:.3f}')") GB/s; load $load_s s (one pass: $load1_s s), fio read $(python3 -c "print(f'{$fr/1e9:.3f}')") GB/s"
 done
 python3 - "$results" <<'PY'
 import statistics, sys
@@ -104,7 +111,10 @@ save = [r[2] / r[3] for r in rows]; fw = [r[4] for r in rows]
 load = [r[2] / r[5] for r in rows]; fr = [r[6] for r in rows]
 med = statistics.median
 print(f"save: zerorun {med(save)/1e9:.3f} GB/s, fio write {med(fw)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(save, fw)]):.2f} (median of {len(rows)} interleaved rounds)")
-print(f"load: zerorun {med(load)/1e9:.3f} GB/s, fio read  {med(fr)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(load, fr)]):.2f}")
+print(f"load: zerorun {med(load)/1e9:.3f} GB/s, fio read  {med(fr)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(load, fr)]):.2f} "
+      "(the default load: every byte verified before anything is applied, then read again)")
+load1 = [r[2] / r[10] for r in rows]
+print(f"load, one pass (--load_one_pass): zerorun {med(load1)/1e9:.3f} GB/s, ratio {med([a/b for a, b in zip(load1, fr)]):.2f}")
 print(f"async save: training blocked {med([r[7] for r in rows]):.3f} s (the process's first save) and {med([r[8] for r in rows]):.3f} s "
       f"(its next, not counting the {med([r[9] for r in rows]):.3f} s it first waited for the previous save's files) "
       f"against {med([r[3] for r in rows]):.3f} s for the synchronous save, "
