@@ -67,6 +67,33 @@ ResumeCase OneRankCase() {
   return c;
 }
 
+// Loads `load_dir` with `lo` on 2 fresh ranks of case c, each expected to fail with CheckpointError:
+// returns their messages. The step state is restored only after every byte was applied, so it stays
+// 0; the parameters too when `unchanged`.
+std::vector<std::string> FailedLoads(const ResumeCase& c, const fs::path& load_dir, const LoadCheckpointOptions& lo,
+                                     bool unchanged) {
+  std::atomic<int> failed{0};
+  std::mutex mu;
+  std::vector<std::string> messages;
+  comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
+    gpt::Gpt model(ResumeGpt(c));
+    model.Initialize(7);
+    Engine engine(model, ResumeConfig(c, 2), comm);
+    const std::vector<float> before = zrtest::FlatParameters(engine);
+    try {
+      engine.LoadCheckpoint(load_dir.string(), lo);
+    } catch (const CheckpointError& e) {
+      ++failed;
+      std::lock_guard<std::mutex> lock(mu);
+      messages.push_back(e.what());
+    }
+    CHECK(engine.global_steps() == 0);
+    if (unchanged) CHECK(zrtest::FlatParameters(engine) == before);
+  });
+  CHECK(failed == 2);
+  return messages;
+}
+
 }  // namespace
 
 TEST_SUITE("unit") {
@@ -269,28 +296,9 @@ TEST_CASE("checkpoint engine: a flipped byte in one rank's shard fails the load 
   WriteBytes(shard, bytes);
   for (const bool verify_first : {true, false}) {
     INFO("verify_before_apply " << verify_first);
-    std::atomic<int> failed{0};
-    std::mutex mu;
-    std::vector<std::string> messages;
-    comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
-      gpt::Gpt model(ResumeGpt(c));
-      model.Initialize(7);
-      Engine engine(model, ResumeConfig(c, 2), comm);
-      const std::vector<float> before = zrtest::FlatParameters(engine);
-      LoadCheckpointOptions lo;
-      lo.verify_before_apply = verify_first;
-      try {
-        engine.LoadCheckpoint((dir / "ck").string(), lo);
-      } catch (const CheckpointError& e) {
-        ++failed;
-        std::lock_guard<std::mutex> lock(mu);
-        messages.push_back(e.what());
-      }
-      // The step state is restored only after every byte was applied.
-      CHECK(engine.global_steps() == 0);
-      if (verify_first) CHECK(zrtest::FlatParameters(engine) == before);
-    });
-    CHECK(failed == 2);
+    LoadCheckpointOptions lo;
+    lo.verify_before_apply = verify_first;
+    const std::vector<std::string> messages = FailedLoads(c, dir / "ck", lo, /*unchanged=*/verify_first);
     for (const std::string& m : messages) {
       CHECK(m.find("rank00001.safetensors") != std::string::npos);
       CHECK(m.find("checksum mismatch") != std::string::npos);
@@ -316,9 +324,6 @@ TEST_CASE("checkpoint engine: a read error while verifying leaves the engine unc
       static_cast<int64_t>(fs::file_size(dir / "ck" / "global_step3" / "rank00001.safetensors"));
   for (const bool while_applying : {false, true}) {
     INFO("while applying: " << while_applying);
-    std::atomic<int> failed{0};
-    std::mutex mu;
-    std::vector<std::string> messages;
     FaultEnv env;
     env.fail_read_path = "rank00001.safetensors";
     if (while_applying) {
@@ -326,24 +331,9 @@ TEST_CASE("checkpoint engine: a read error while verifying leaves the engine unc
     } else {
       env.fail_read_after_bytes = shard_bytes / 4;
     }
-    comm::RunLocalRanks(2, [&](comm::Communicator& comm) {
-      gpt::Gpt model(ResumeGpt(c));
-      model.Initialize(7);
-      Engine engine(model, ResumeConfig(c, 2), comm);
-      const std::vector<float> before = zrtest::FlatParameters(engine);
-      LoadCheckpointOptions lo;
-      lo.env = &env;
-      try {
-        engine.LoadCheckpoint((dir / "ck").string(), lo);
-      } catch (const CheckpointError& e) {
-        ++failed;
-        std::lock_guard<std::mutex> lock(mu);
-        messages.push_back(e.what());
-      }
-      CHECK(engine.global_steps() == 0);
-      if (!while_applying) CHECK(zrtest::FlatParameters(engine) == before);
-    });
-    CHECK(failed == 2);
+    LoadCheckpointOptions lo;
+    lo.env = &env;
+    const std::vector<std::string> messages = FailedLoads(c, dir / "ck", lo, /*unchanged=*/!while_applying);
     for (const std::string& m : messages) {
       INFO(m);
       CHECK(m.find("rank00001.safetensors") != std::string::npos);
