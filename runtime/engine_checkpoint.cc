@@ -56,7 +56,8 @@ struct Apply {
 
 // Reads every state request (applies[i].slot >= 0) of a store whose buffers are host memory straight
 // into them: sub-group by sub-group, acquired for kReadWrite (a partial load keeps the rest), all the
-// sub-group's pieces in one verified read. The caller flushes the store.
+// sub-group's pieces in one read (`verified`: the blocks Verify already checked; false: hashed as they are read, the
+// one-pass load). The caller flushes the store.
 void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
                      const std::vector<CheckpointReadRequest>& requests, const std::vector<Apply>& applies,
                      bool verified) {
@@ -103,7 +104,7 @@ void ReadStateDirect(CheckpointReader& reader, zero::StateStore& store,
 }
 
 // Reads every parameter request (applies[i].slot < 0) whose local copy the strategy exposes in host
-// memory (Strategy::DirectLocalParameter) straight into it, all in one verified read (the reader
+// memory (Strategy::DirectLocalParameter) straight into it, all in one read (`verified` as above; the reader
 // spreads a large call over threads). Returns which requests it read.
 std::vector<char> ReadParametersDirect(CheckpointReader& reader, zero::Strategy& strategy,
                                        const std::vector<CheckpointReadRequest>& requests,
