@@ -496,7 +496,9 @@ TEST_CASE("checkpoint env: direct reads return exactly the buffered bytes at any
         CAPTURE(off);
         CAPTURE(len);
         CAPTURE(skew);
-        std::unique_ptr<char, void (*)(void*)> buf(static_cast<char*>(std::aligned_alloc(4096, len + 4096)), std::free);
+        const size_t alloc = static_cast<size_t>((len + 2 * 4096 - 1) / 4096 * 4096);  // a multiple of the alignment
+        std::unique_ptr<char, void (*)(void*)> buf(static_cast<char*>(std::aligned_alloc(4096, alloc)), std::free);
+        REQUIRE(buf);
         f->ReadAt(off, buf.get() + skew, static_cast<size_t>(len));
         CHECK(std::memcmp(buf.get() + skew, content.data() + off, static_cast<size_t>(len)) == 0);
       }
