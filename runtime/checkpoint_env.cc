@@ -14,7 +14,6 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
-#include <utility>
 
 #include "zerorun/core/error.h"
 #include "zerorun/core/log.h"
@@ -234,7 +233,7 @@ class PosixReadableFile final : public ReadableFile {
   PosixReadableFile(std::string path, int fd, uint64_t size, int direct_fd = -1)
       : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd), size_(size) {}
   ~PosixReadableFile() override {
-    if (fd_ >= 0) ::close(fd_);
+    ::close(fd_);
     if (direct_fd_ >= 0) ::close(direct_fd_);
   }
   uint64_t size() const override { return size_; }
@@ -243,7 +242,6 @@ class PosixReadableFile final : public ReadableFile {
     Pread(fd_, offset, static_cast<char*>(dst), bytes);
   }
   const std::string& path() const override { return path_; }
-  int ReleaseFd() { return std::exchange(fd_, -1); }
 
  private:
   // Exactly `bytes` at `offset`, or the end-of-file error.
@@ -328,40 +326,10 @@ class PosixEnv final : public CheckpointEnv {
     return std::make_unique<DirectWritableFile>(path, offload::IoFile::Open(path, {.write = true, .create = false, .direct = true}));
   }
 
-  std::unique_ptr<ReadableFile> NewReadableFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      int err = errno;
-      if (err == ENOENT || err == ENOTDIR) {
-        ZR_THROW(CheckpointError, "{}", ErrnoMessage(Format("cannot open {}", path), err));
-      }
-      ThrowErrno(Format("cannot open {}", path), err);
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      ThrowErrno(Format("cannot stat {}", path), err);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      ZR_THROW(CheckpointError, "{}: not a regular file", path);
-    }
-    return std::make_unique<PosixReadableFile>(path, fd, static_cast<uint64_t>(st.st_size));
-  }
+  std::unique_ptr<ReadableFile> NewReadableFile(const std::string& path) override { return OpenForReading(path, false); }
 
   std::unique_ptr<ReadableFile> NewDirectReadableFile(const std::string& path) override {
-    std::unique_ptr<ReadableFile> file = NewReadableFile(path);
-    if (!DirectIoEnabled()) return file;
-    const int direct_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (direct_fd < 0) {
-      if (errno == EINVAL) return file;  // the file system refuses O_DIRECT: buffered reads
-      ThrowErrno(Format("cannot open {}", path), errno);
-    }
-    const uint64_t size = file->size();
-    auto& posix = static_cast<PosixReadableFile&>(*file);
-    // The buffered descriptor is handed over with the direct one.
-    return std::make_unique<PosixReadableFile>(path, posix.ReleaseFd(), size, direct_fd);
+    return OpenForReading(path, DirectIoEnabled());
   }
 
   FileStat Stat(const std::string& path) override {
@@ -453,6 +421,40 @@ class PosixEnv final : public CheckpointEnv {
       return;
     }
     RemoveFile(path);
+  }
+
+ private:
+  // A regular file for reads; `direct`: with a second descriptor opened O_DIRECT (none where the file
+  // system refuses it: buffered reads).
+  static std::unique_ptr<PosixReadableFile> OpenForReading(const std::string& path, bool direct) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == ENOENT || err == ENOTDIR) {
+        ZR_THROW(CheckpointError, "{}", ErrnoMessage(Format("cannot open {}", path), err));
+      }
+      ThrowErrno(Format("cannot open {}", path), err);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      ThrowErrno(Format("cannot stat {}", path), err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      ZR_THROW(CheckpointError, "{}: not a regular file", path);
+    }
+    int direct_fd = -1;
+    if (direct) {
+      direct_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (direct_fd < 0 && errno != EINVAL) {
+        int err = errno;
+        ::close(fd);
+        ThrowErrno(Format("cannot open {}", path), err);
+      }
+    }
+    return std::make_unique<PosixReadableFile>(path, fd, static_cast<uint64_t>(st.st_size), direct_fd);
   }
 };
 
